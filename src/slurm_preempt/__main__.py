@@ -1,0 +1,3 @@
+from slurm_preempt.cli import main
+
+main()

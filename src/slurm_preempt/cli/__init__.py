@@ -1,0 +1,88 @@
+"""The ``slurm-preempt`` command: a thin click layer over the library.
+
+Subcommands live one per module and are imported only when called, so ``slurm-preempt resume ...``
+inside a job never pays for jinja2. Errors are mapped to messages and exit codes here, once:
+a ``SlurmPreemptError`` (or an ``OSError``) becomes one line on stderr and its exit code, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+import click
+
+from ..errors import EXIT_ERROR, SlurmPreemptError
+
+# name -> (module under slurm_preempt.cli, attribute, one-line help)
+COMMANDS = {
+    "sbatch": ("sbatch", "command", "Write (or submit) a job script that survives preemption."),
+    "resume": (
+        "resume",
+        "group",
+        "Job-side helpers: restart info, wait for a notice, requeue self.",
+    ),
+    "watch": ("watch", "command", "Watch for draining nodes and warn the jobs on them."),
+    "hooks": ("hooks", "group", "Install and check the prolog/epilog hooks (admins)."),
+    "history": ("report", "history", "Every attempt of one job: nodes, causes, lost work."),
+    "report": (
+        "report",
+        "report",
+        "What preemption cost: per job and in total, against on-demand.",
+    ),
+    "drill": ("drill", "command", "Rehearse preemptions: drain, remove and bring back nodes."),
+    "testcluster": ("testcluster", "group", "A real multi-node Slurm cluster on this host."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(n for n, (mod, _a, _h) in COMMANDS.items() if _exists(mod))
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS or not _exists(COMMANDS[name][0]):
+            return None
+        mod, attr, _help = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SlurmPreemptError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
+            ctx.exit(EXIT_ERROR)
+        except KeyboardInterrupt:
+            click.echo("Interrupted", err=True)
+            ctx.exit(130)
+
+
+def _exists(module: str) -> bool:
+    return importlib.util.find_spec(f"{__name__}.{module}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slurm-preempt")
+def main():
+    """Run Slurm jobs on preemptible (spot, borrowed) nodes without losing work.
+
+    \b
+    Example:
+      slurm-preempt testcluster up
+      slurm-preempt sbatch --nodes 1-2 --submit -- python train.py
+    """
+
+
+if __name__ == "__main__":  # python -m slurm_preempt.cli
+    sys.exit(main())

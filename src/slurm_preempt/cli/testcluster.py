@@ -1,0 +1,130 @@
+"""``slurm-preempt testcluster``: the local multi-node Slurm cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import testcluster as tc
+from ._output import echo_json, json_option
+
+dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=tc.DEFAULT_DIR,
+    show_default=True,
+    help="Folder holding the cluster's config, state, logs and pid files.",
+)
+
+
+@click.group()
+def group():
+    """A real multi-node Slurm cluster on this host (munge, slurmctld, several slurmd -N).
+
+    \b
+    Example:
+      slurm-preempt testcluster up --preemptible 4 --standard 2
+      eval "$(slurm-preempt testcluster env)"; sinfo
+      slurm-preempt testcluster down
+    """
+
+
+@group.command()
+@dir_option
+@click.option("--standard", type=int, default=2, show_default=True, help="Nodes with feature standard.")
+@click.option("--preemptible", type=int, default=4, show_default=True, help="Nodes with feature preemptible.")
+@click.option("--cpus", type=int, default=8, show_default=True, help="CPUs declared per node.")
+@click.option(
+    "--port",
+    type=int,
+    default=tc.DEFAULT_PORT,
+    show_default=True,
+    help="slurmctld port; nodes take the next ones.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=90,
+    show_default=True,
+    help="Seconds to wait for every node to be idle.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@json_option
+def up(directory, standard, preemptible, cpus, port, timeout, quiet, as_json):
+    """Start the cluster (safe to run twice) and wait until every node is idle.
+
+    \b
+    Example:
+      slurm-preempt testcluster up --dir /tmp/mycluster --preemptible 6
+    """
+    spec = tc.ClusterSpec(
+        directory=directory.absolute(),
+        standard=standard,
+        preemptible=preemptible,
+        cpus=cpus,
+        port=port,
+    )
+    say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(f"testcluster: {m}"))
+    state = tc.up(spec, timeout=timeout, progress=say)
+    if as_json:
+        echo_json(tc.status(spec.directory))
+    elif not quiet:
+        click.echo(f"testcluster: ready; to use it from another shell: {tc.env_lines(state)[0]}")
+
+
+@group.command()
+@dir_option
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def down(directory, quiet):
+    """Stop every process the cluster started, and the jobs still on its nodes.
+
+    \b
+    Example:
+      slurm-preempt testcluster down --dir /tmp/mycluster
+    """
+    say = (lambda _m: None) if quiet else (lambda m: click.echo(f"testcluster: {m}"))
+    tc.down(directory.absolute(), progress=say)
+
+
+@group.command()
+@dir_option
+@json_option
+def status(directory, as_json):
+    """Show the cluster's processes and nodes; exit 1 when it is not running.
+
+    \b
+    Example:
+      slurm-preempt testcluster status --json
+    """
+    info = tc.status(directory.absolute())
+    if as_json:
+        echo_json(info)
+    else:
+        state = "running" if info["running"] else "not running"
+        click.echo(f"cluster in {info['directory']}: {state}")
+        for proc in info["processes"]:
+            click.echo(f"  {proc['role']:<14} pid {proc['pid']:<8} {'up' if proc['alive'] else 'gone'}")
+        for node in info["nodes"]:
+            flags = "+".join([node["state"], *node["flags"]])
+            reason = f"  ({node['reason']})" if node["reason"] else ""
+            click.echo(f"  {node['name']:<8} {flags:<22} {','.join(node['features'])}{reason}")
+    if not info["running"]:
+        raise SystemExit(1)
+
+
+@group.command()
+@dir_option
+def env(directory):
+    """Print the shell lines that point Slurm commands at the cluster.
+
+    \b
+    Example:
+      eval "$(slurm-preempt testcluster env)"
+    """
+    state = tc.load_state(directory.absolute())
+    if state is None:
+        raise click.ClickException(f"no test cluster in {directory}: run `testcluster up` first")
+    for line in tc.env_lines(state):
+        click.echo(line)

@@ -1,0 +1,137 @@
+"""The preemption notice: what a job is told when its node is going away.
+
+Contract (../shared/DESIGN.md): when a source learns that node N will be taken away at deadline D,
+every job on N gets a JSON file, written atomically where the job reads it (``SLURM_PREEMPT_NOTICE``,
+by default ``<state_dir>/notices/<job_id>.json``)::
+
+    {"version": 1, "job_id": "123", "node": "pre1", "reason": "...", "source": "slurm",
+     "event_id": "pre1@2026-12-01T06:06:41Z", "drain_time": "...Z", "detected_at": "...Z",
+     "deadline": "...Z", "grace_seconds": 300}
+
+All times are UTC ISO 8601. The deadline is the drain time Slurm (or the provider) recorded plus the
+grace, never the time the watcher happened to look. ``event_id`` names one drain event: a job is told
+once per event. Import-light: the job-side library reads notices with nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+VERSION = 1
+ENV_NOTICE = "SLURM_PREEMPT_NOTICE"
+SOURCES = ("slurm", "together", "aws", "gcp", "signal", "drill", "test")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def to_text(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def from_text(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Notice:
+    job_id: str
+    node: str
+    reason: str
+    source: str
+    drain_time: datetime
+    detected_at: datetime
+    deadline: datetime
+    event_id: str = ""
+    grace_seconds: float = 300.0
+    version: int = VERSION
+
+    @classmethod
+    def for_drain(
+        cls,
+        job_id: str,
+        node: str,
+        reason: str,
+        source: str,
+        drain_time: datetime,
+        grace_seconds: float,
+        detected_at: datetime | None = None,
+    ) -> Notice:
+        """A notice whose deadline is ``drain_time + grace`` (the truth, however late we look)."""
+        return cls(
+            job_id=str(job_id),
+            node=node,
+            reason=reason,
+            source=source,
+            drain_time=drain_time,
+            detected_at=detected_at or utcnow(),
+            deadline=drain_time + timedelta(seconds=grace_seconds),
+            event_id=event_id(node, drain_time),
+            grace_seconds=grace_seconds,
+        )
+
+    def seconds_left(self, now: datetime | None = None) -> float:
+        return (self.deadline - (now or utcnow())).total_seconds()
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        for key in ("drain_time", "detected_at", "deadline"):
+            data[key] = to_text(data[key])
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Notice:
+        return cls(
+            job_id=str(data["job_id"]),
+            node=str(data.get("node", "")),
+            reason=str(data.get("reason", "")),
+            source=str(data.get("source", "")),
+            drain_time=from_text(data.get("drain_time") or data["deadline"]),
+            detected_at=from_text(data.get("detected_at") or data["deadline"]),
+            deadline=from_text(data["deadline"]),
+            event_id=str(data.get("event_id", "")),
+            grace_seconds=float(data.get("grace_seconds", 300.0)),
+            version=int(data.get("version", VERSION)),
+        )
+
+
+def event_id(node: str, drain_time: datetime) -> str:
+    return f"{node}@{to_text(drain_time)}"
+
+
+def notice_path(state_dir: Path | str, job_id: str) -> Path:
+    return Path(state_dir) / "notices" / f"{job_id}.json"
+
+
+def write_notice(path: Path | str, notice: Notice, mode: int = 0o644) -> Path:
+    """Write atomically: a reader sees the whole notice or none (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".notice-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(notice.to_json(), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_notice(path: Path | str) -> Notice | None:
+    """The notice at ``path``, or None when there is none (or it is not a valid notice)."""
+    try:
+        with open(path) as handle:
+            return Notice.from_json(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

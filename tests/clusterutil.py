@@ -1,0 +1,62 @@
+"""Helpers for integration tests on the real local cluster (polling, never fixed sleeps)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_preempt import testcluster as tc
+from slurm_preempt.slurm import Slurm
+from slurm_preempt.slurmdata import Job
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+    """Poll until ``predicate()`` returns something truthy; return it, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class ClusterHandle:
+    state: tc.ClusterState
+    workdir: Path
+    slurm: Slurm = field(default_factory=lambda: Slurm(timeout=20))
+
+    @property
+    def spec(self) -> tc.ClusterSpec:
+        return self.state.spec
+
+    def job(self, job_id: str) -> Job | None:
+        return self.slurm.job(job_id)
+
+    def wait_state(self, job_id: str, states, timeout: float = 30.0) -> Job:
+        wanted = {states} if isinstance(states, str) else set(states)
+
+        def check():
+            job = self.job(job_id)
+            return job if job is not None and job.state in wanted else None
+
+        return wait_for(check, timeout, what=f"job {job_id} in {sorted(wanted)}")
+
+    def remove_node(self, name: str, reason: str = "removed") -> int:
+        return tc.remove_node(self.state, name, reason)
+
+    def revive_node(self, name: str) -> None:
+        tc.revive_node(self.state, name)
+
+    def reset(self) -> None:
+        """Cancel every job and bring every node back."""
+        ids = [j.job_id for j in self.slurm.jobs()]
+        if ids:
+            self.slurm.run(["scancel", *ids])
+        wait_for(lambda: not self.slurm.jobs(states="running,completing,pending"), 30, what="jobs to end")
+        for node in self.slurm.nodes():
+            if not node.available:
+                tc.revive_node(self.state, node.name)

@@ -1,0 +1,120 @@
+"""The local test cluster, for real: nodes, placement by feature, removal, requeue, clean stop."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from clusterutil import wait_for
+from slurm_preempt import procs
+from slurm_preempt import testcluster as tc
+from slurm_preempt.cli import main
+
+pytestmark = pytest.mark.cluster
+
+
+def test_nodes_idle_with_features(cluster):
+    nodes = {n.name: n for n in cluster.slurm.nodes()}
+    assert {n for n in nodes if nodes[n].has_feature("preemptible")} == {
+        "pre1",
+        "pre2",
+        "pre3",
+        "pre4",
+    }
+    assert {n for n in nodes if nodes[n].has_feature("standard")} == {"std1", "std2"}
+    assert cluster.state.ready_seconds > 0
+
+
+def test_up_twice_is_safe(cluster):
+    again = tc.up(cluster.spec)
+    assert [p.pid for p in again.processes] == [p.pid for p in cluster.state.processes]
+
+
+def _submit(cluster, *args) -> str:
+    script = cluster.workdir / "sleep.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    return cluster.slurm.submit(str(script), [f"--chdir={cluster.workdir}", *args])
+
+
+@pytest.mark.parametrize("feature", ["preemptible", "standard"])
+def test_constraint_places_job(clean_cluster, feature):
+    job_id = _submit(clean_cluster, f"--constraint={feature}")
+    job = clean_cluster.wait_state(job_id, "RUNNING")
+    assert job.nodes[0].startswith("pre" if feature == "preemptible" else "std")
+
+
+def test_drain_then_down_requeues_with_restart_count(clean_cluster):
+    job_id = _submit(clean_cluster, "--constraint=preemptible", "--requeue")
+    job = clean_cluster.wait_state(job_id, "RUNNING")
+    node = job.nodes[0]
+    clean_cluster.slurm.drain([node], "TogetherPreemptionNotified: reclaimed")
+    drained = next(n for n in clean_cluster.slurm.nodes([node]))
+    assert drained.draining and drained.reason == "TogetherPreemptionNotified: reclaimed"
+    assert drained.reason_time is not None and drained.reason_user == "root"
+    # The drain tells the job nothing: it still runs.
+    assert clean_cluster.job(job_id).running
+    assert clean_cluster.remove_node(node) >= 1
+    requeued = clean_cluster.wait_state(job_id, "PENDING")
+    assert requeued.restart_count == 1
+    assert wait_for(lambda: clean_cluster.job(job_id).reason == "BeginTime", 10, what="BeginTime")
+    down = next(n for n in clean_cluster.slurm.nodes([node]))
+    assert down.down and down.reason == "removed"
+    # The owner may skip the ~121 s wait: the job runs again at once, elsewhere.
+    clean_cluster.slurm.update_job(job_id, starttime="now")
+    again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
+    assert again.nodes[0] != node and again.restart_count == 1
+
+
+def test_down_stops_everything_it_started(tmp_path):
+    if tc.check_packages() is not None or os.geteuid() != 0:  # pragma: no cover
+        pytest.skip("needs Slurm and root")
+    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=17450)
+    state = tc.up(spec)
+    env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    from slurm_preempt.slurm import Slurm
+
+    slurm = Slurm(env=env)
+    job_id = slurm.submit(str(script), [f"--chdir={tmp_path}"])
+    wait_for(lambda: (j := slurm.job(job_id)) and j.running, 20, what="job running")
+    pids = [p.pid for p in state.processes]
+    assert tc.down(spec.directory) >= len(pids)
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not procs.listening_under("slurmstepd", spec.directory / "spool")
+    assert tc.down(spec.directory) == 0  # twice is fine
+
+
+def test_cli_bad_input(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["testcluster", "up", "--preemptible", "-1", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "negative" in result.output
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    result = runner.invoke(main, ["testcluster", "up", "--dir", str(afile)])
+    assert result.exit_code == 2 and "is not a folder" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_missing_packages(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(tc, "SYSTEM_PATH", str(tmp_path))
+    result = CliRunner().invoke(main, ["testcluster", "up", "--dir", str(tmp_path / "c")])
+    assert result.exit_code == 5
+    assert "apt-get install" in result.output and "munge" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_cli_status_env(cluster):
+    runner = CliRunner()
+    result = runner.invoke(main, ["testcluster", "status", "--dir", str(cluster.spec.directory)])
+    assert result.exit_code == 0 and "pre4" in result.output
+    result = runner.invoke(main, ["testcluster", "env", "--dir", str(cluster.spec.directory)])
+    assert result.output.strip() == f"export SLURM_CONF={cluster.spec.conf_path}"
+    result = runner.invoke(main, ["testcluster", "status", "--dir", str(Path("/nonexistent"))])
+    assert result.exit_code == 1
