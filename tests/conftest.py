@@ -48,17 +48,18 @@ def cluster(tmp_path_factory) -> ClusterHandle:
     spec = tc.ClusterSpec(directory=directory, port=port, standard=2, preemptible=4, cpus=16)
     tc.down(directory)  # a cluster left by an interrupted session is restarted fresh
     state = tc.up(spec, timeout=120)
-    old_conf = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(spec.conf_path)
+    saved = {key: os.environ.get(key) for key in state.env()}
+    os.environ.update(state.env())
     handle = ClusterHandle(state=state, workdir=tmp_path_factory.mktemp("jobs"))
     try:
         yield handle
     finally:
         tc.down(directory)
-        if old_conf is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old_conf
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @pytest.fixture

@@ -81,6 +81,11 @@ class ClusterSpec:
         return self.directory / "etc" / "slurm.conf"
 
     @property
+    def state_dir(self) -> Path:
+        """slurm-preempt's own state (notices, ledger) for jobs of this cluster."""
+        return self.directory / "sp-state"
+
+    @property
     def munge_socket(self) -> Path:
         return self.directory / "munge" / "munge.socket"
 
@@ -111,7 +116,7 @@ class ClusterState:
         return [p for p in self.processes if p.alive]
 
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.spec.conf_path)}
+        return {"SLURM_CONF": str(self.spec.conf_path), "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir)}
 
 
 def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
@@ -244,6 +249,8 @@ def _prepare_dirs(spec: ClusterSpec) -> None:
     (d / "state").mkdir()
     for name in spec.node_names:
         (d / "spool" / name).mkdir(exist_ok=True)
+    for sub in ("notices", "jobs"):
+        (spec.state_dir / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(d, 0o755)  # jobs of other users need to reach the munge socket and the config
     os.chmod(d / "munge", 0o755)  # munged refuses a socket folder that others can write
     key = d / "munge" / "munge.key"
@@ -423,7 +430,7 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
 
 
 def env_lines(state: ClusterState) -> list[str]:
-    return [f"export SLURM_CONF={state.spec.conf_path}"]
+    return [f"export {key}={value}" for key, value in state.env().items()]
 
 
 def status(directory: Path) -> dict:

@@ -1,0 +1,97 @@
+"""The opt-in: what a job asked of slurm-preempt, carried in its Slurm comment.
+
+Why the comment: only the job's owner (or an admin) can set it (``sbatch --comment`` or
+``scontrol update jobid=J comment=...``), and one ``squeue`` call returns it for every job on a set of
+nodes, so the watcher reads every job's wishes in the query it already makes. Nothing in it is ever
+executed; the signal name is checked against a fixed list before it reaches ``scancel --signal``.
+
+Grammar: whitespace-separated tokens ``slurm-preempt:KEY=VALUE`` anywhere in the comment; other text
+is the user's own and is left alone::
+
+    slurm-preempt:signal=USR1            signal the batch shell on a notice (``none``: notice file only)
+    slurm-preempt:fallback-after=3       after 3 preemptions, move the pending job to standard nodes
+    slurm-preempt:fallback-pending=1800  ... or after pending 1800 s on preemptible nodes
+    slurm-preempt:fallback-to=standard   the constraint to move to (default ``standard``)
+    slurm-preempt:fast-restart=0         do not skip Slurm's ~121 s requeue wait
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "slurm-preempt:"
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "WINCH")
+_TOKEN = re.compile(r"slurm-preempt:([a-z-]+)=(\S*)")
+_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-&|\[\]*()]+$")
+
+
+@dataclass(frozen=True)
+class OptIn:
+    """What the job asked for. ``signal`` is None when the job did not opt in to signals."""
+
+    opted_in: bool = False
+    signal: str | None = None
+    fallback_after: int | None = None
+    fallback_pending: float | None = None
+    fallback_to: str = "standard"
+    fast_restart: bool = True
+
+    def to_comment(self) -> str:
+        """The tokens for ``--comment`` (the inverse of ``parse``)."""
+        tokens = [f"{PREFIX}signal={self.signal or 'none'}"]
+        if self.fallback_after is not None:
+            tokens.append(f"{PREFIX}fallback-after={self.fallback_after}")
+        if self.fallback_pending is not None:
+            tokens.append(f"{PREFIX}fallback-pending={int(self.fallback_pending)}")
+        if self.fallback_to != "standard":
+            tokens.append(f"{PREFIX}fallback-to={self.fallback_to}")
+        if not self.fast_restart:
+            tokens.append(f"{PREFIX}fast-restart=0")
+        return " ".join(tokens)
+
+
+def normalize_signal(name: str) -> str | None:
+    """``SIGUSR1``/``usr1``/``USR1`` -> ``USR1``; ``none`` -> None; anything else -> ValueError."""
+    text = name.strip().upper()
+    text = text.removeprefix("SIG")
+    if text in ("NONE", ""):
+        return None
+    if text not in SIGNALS:
+        raise ValueError(f"signal {name!r} is not one of {', '.join(SIGNALS)} or none")
+    return text
+
+
+def parse(comment: str) -> OptIn:
+    """Read the tokens of a job comment. Bad values are ignored, never trusted."""
+    values = dict(_TOKEN.findall(comment or ""))
+    if not values:
+        return OptIn()
+    try:
+        signal = normalize_signal(values.get("signal", "none"))
+    except ValueError:
+        signal = None
+    return OptIn(
+        opted_in=True,
+        signal=signal,
+        fallback_after=_positive_int(values.get("fallback-after")),
+        fallback_pending=_positive_int(values.get("fallback-pending")),
+        fallback_to=_constraint(values.get("fallback-to")) or "standard",
+        fast_restart=values.get("fast-restart", "1") not in ("0", "no", "false"),
+    )
+
+
+def merge_comment(user_comment: str, optin: OptIn) -> str:
+    """The user's own comment text with our tokens appended (old tokens of ours replaced)."""
+    kept = " ".join(t for t in (user_comment or "").split() if not t.startswith(PREFIX))
+    return f"{kept} {optin.to_comment()}".strip()
+
+
+def _positive_int(text: str | None) -> int | None:
+    if text is None or not text.isdigit() or int(text) <= 0:
+        return None
+    return int(text)
+
+
+def _constraint(text: str | None) -> str | None:
+    return text if text and _CONSTRAINT.match(text) else None
