@@ -58,7 +58,7 @@ class JobWatch:
             return "still on the node"
         if self.running_again_at is None:
             return f"did not run again ({self.ended or 'pending'})"
-        before_removal = removed_at is None or self.left_at <= removed_at + 0.5
+        before_removal = removed_at is None or self.left_at < removed_at
         saved = self.final_checkpoint_at is not None and self.final_checkpoint_at <= self.left_at + 0.5
         back = self.running_again_at - self.left_at
         if saved and before_removal:
@@ -242,9 +242,10 @@ class Drill:
         end = self.clock() + timeout
         while True:
             now = self.clock()
+            # Observe before acting, so a job seen gone after a removal is timed after it.
+            self._observe(now)
             for event in self.events:
                 self._advance(event, now)
-            self._observe(now)
             if all(e.done for e in self.events) or now > end:
                 break
             self.sleep(self.tick)
@@ -287,9 +288,9 @@ class Drill:
                 if free:
                     self.start_event(rng.sample(free, min(correlated, len(free))), grace, pause, reason)
                 next_at = now + rng.expovariate(1 / mtbp)
+            self._observe(now)
             for event in self.events:
                 self._advance(event, now)
-            self._observe(now)
             self.sleep(self.tick)
         self.run_until_done(grace + pause + 300)
         return self.events

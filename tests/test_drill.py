@@ -1,0 +1,69 @@
+"""The preemption drill: verdicts (pure) and one real drill on the local cluster."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_preempt import drill, ledger
+from slurm_preempt.cli import main
+from slurm_preempt.errors import UsageError
+from slurm_preempt.slurm import Slurm
+
+
+def test_verdicts():
+    watch = drill.JobWatch("1", ("pre1",), 0, left_at=100.0, running_again_at=104.0, final_checkpoint_at=99.0)
+    assert watch.verdict(removed_at=120.0).startswith("saved")
+    killed = drill.JobWatch("2", ("pre1",), 0, left_at=120.2, running_again_at=125.0)
+    assert killed.verdict(removed_at=120.0).startswith("killed by the removal")
+    pending = drill.JobWatch("3", ("pre1",), 0, left_at=120.2)
+    assert pending.verdict(removed_at=120.0) == "did not run again (pending)"
+    done = drill.JobWatch("4", ("pre1",), 0, ended="COMPLETED")
+    assert done.verdict(None) == "finished inside the window"
+
+
+def test_ledger_fills_notice_and_final_checkpoint(tmp_path):
+    ledger.record(tmp_path, "7", "notice_sent", source="watcher")
+    ledger.record(tmp_path, "7", "checkpoint_saved", source="job", step=42)
+    watch = drill.JobWatch("7", ("pre1",), 0)
+    drill._fill_from_ledger(watch, ledger.events(tmp_path, "7"), since=0)
+    assert watch.notified_at is not None and watch.final_checkpoint_step == 42
+
+
+def test_refuses_real_cluster_without_flag(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=prod\n")
+    slurm = Slurm(env={"SLURM_CONF": str(conf), "PATH": "/usr/bin:/bin"})
+    with pytest.raises(UsageError, match="--real-cluster"):
+        drill.node_ops(slurm, allow_real=False)
+    assert drill.node_ops(slurm, allow_real=True).local is False
+
+
+def test_cli_needs_a_target(cluster):
+    result = CliRunner().invoke(main, ["drill", "--grace", "1"])
+    assert result.exit_code == 2 and "--nodes" in result.output
+    result = CliRunner().invoke(main, ["drill", "--random", "--grace", "1"])
+    assert result.exit_code == 2 and "--mtbp" in result.output
+
+
+@pytest.mark.cluster
+def test_drill_removes_and_brings_back(clean_cluster):
+    script = clean_cluster.workdir / "drill-sleep.sh"
+    script.write_text("#!/bin/bash\nsleep 300\n")
+    job_id = clean_cluster.slurm.submit(
+        str(script), [f"--chdir={clean_cluster.workdir}", "--requeue", "--constraint=preemptible"]
+    )
+    node = clean_cluster.wait_state(job_id, "RUNNING").nodes[0]
+    ops = drill.node_ops(clean_cluster.slurm, allow_real=False)
+    assert ops.local
+    runner = drill.Drill(clean_cluster.slurm, ops, tick=0.2)
+    event = runner.start_event([node], grace=1, pause=1, reason=drill.DEFAULT_REASON)
+    runner.run_until_done(timeout=4)
+    watch = event.jobs[job_id]
+    assert event.removed_at and event.revived_at and watch.left_at and watch.requeued_at
+    assert clean_cluster.job(job_id).restart_count == 1
+    # Node back in service; the requeued job waits out Slurm's BeginTime unless a watcher skips it.
+    assert next(iter(clean_cluster.slurm.nodes([node]))).available
+    clean_cluster.slurm.update_job(job_id, starttime="now")
+    again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
+    assert again.restart_count == 1
