@@ -1,0 +1,181 @@
+"""Building a watcher from the ``[watch]`` config section and command-line overrides.
+
+Everything is checked here, at start: a bad key, a bad regex, a missing token or a URL that is not
+http(s) fails with one clear line before the first poll, never later in the loop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import config as configmod
+from .actions import Emit
+from .errors import ConfigError, UsageError
+from .slurm import Slurm
+from .sources import (
+    AWS_BASE,
+    DEFAULT_TOGETHER_BASE,
+    GCP_BASE,
+    AwsSpotSource,
+    DrainRules,
+    GcpPreemptedSource,
+    NodeMap,
+    TogetherSource,
+    read_token,
+)
+from .watcher import Log, Settings, Watcher, load_sent, state_path
+
+KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
+DEFAULTS: dict[str, Any] = {
+    "interval": 5.0,
+    "grace": 300.0,
+    "feature": "preemptible",
+    "reasons": [r"^TogetherPreemptionNotified"],
+    "exclude_reasons": [],
+    "enforce": False,
+    "enforce_margin": 30.0,
+    "fast_restart": True,
+    "fallback": True,
+    "max_backoff": 60.0,
+    "slurm_timeout": 15.0,
+    "sources": ["slurm"],
+    "api_base_url": DEFAULT_TOGETHER_BASE,
+    "cluster_id": "",
+    "api_token_env": "TOGETHER_API_KEY",
+    "api_token_file": "",
+    "api_timeout": 5.0,
+    "node_name_pattern": "",
+    "node_name_template": "",
+    "aws_metadata_url": AWS_BASE,
+    "gcp_metadata_url": GCP_BASE,
+    "metadata_timeout": 2.0,
+}
+
+
+def merged(section: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults, then the config file, then the command line (None means "not given")."""
+    unknown = sorted(set(section) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError(f"[watch] unknown key(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+    values = {**DEFAULTS, **section}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for key in ("sources", "reasons", "exclude_reasons"):
+        if isinstance(values[key], str):
+            values[key] = [values[key]]
+        if not isinstance(values[key], list) or not all(isinstance(v, str) for v in values[key]):
+            raise ConfigError(f"[watch] {key} must be a list of strings")
+    return values
+
+
+def settings_from(values: Mapping[str, Any]) -> Settings:
+    try:
+        settings = Settings(
+            grace=float(values["grace"]),
+            interval=float(values["interval"]),
+            rules=DrainRules.from_strings(values["feature"], values["reasons"], values["exclude_reasons"]),
+            enforce=bool(values["enforce"]),
+            enforce_margin=float(values["enforce_margin"]),
+            fast_restart=bool(values["fast_restart"]),
+            fallback=bool(values["fallback"]),
+            max_backoff=float(values["max_backoff"]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"[watch] a number is not a number: {exc}") from None
+    settings.validate()
+    return settings
+
+
+def sources_from(values: Mapping[str, Any], local_node: str | None = None) -> list:
+    """The extra sources (``slurm`` is always read). Metadata sources need ``local_node`` (sidecar)."""
+    wanted = values["sources"]
+    bad = [s for s in wanted if s not in KNOWN_SOURCES]
+    if bad:
+        raise ConfigError(f"[watch] sources: unknown {', '.join(bad)}; known: {', '.join(KNOWN_SOURCES)}")
+    found: list = []
+    if "together" in wanted:
+        found.append(_together(values))
+    for name in ("aws", "gcp"):
+        if name not in wanted:
+            continue
+        if local_node is None:
+            raise ConfigError(f"[watch] source {name} reads this machine's metadata: use it with --sidecar")
+        url = _http_url(values[f"{name}_metadata_url"], f"{name}_metadata_url")
+        cls = AwsSpotSource if name == "aws" else GcpPreemptedSource
+        found.append(cls(node=local_node, base_url=url, timeout=float(values["metadata_timeout"])))
+    return found
+
+
+def _together(values: Mapping[str, Any]) -> TogetherSource:
+    cluster_id = str(values["cluster_id"]).strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", cluster_id):
+        raise ConfigError("[watch] cluster_id must be set (letters, digits, - _ .) for the together source")
+    token = read_token(str(values["api_token_env"]), str(values["api_token_file"]) or None)
+    return TogetherSource(
+        cluster_id=cluster_id,
+        token=token,
+        grace=float(values["grace"]),
+        base_url=_http_url(values["api_base_url"], "api_base_url"),
+        node_map=NodeMap.from_config(values["node_name_pattern"], values["node_name_template"]),
+        timeout=float(values["api_timeout"]),
+    )
+
+
+def _http_url(url: str, key: str) -> str:
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+        raise ConfigError(f"[watch] {key} must be an http:// or https:// URL")
+    return url
+
+
+def refuse_preemptible_host(slurm: Slurm, feature: str | None, hostname: str | None = None) -> None:
+    """The daemon must outlive the nodes it watches: refuse to run on a node with the feature."""
+    if not feature:
+        return
+    host = (hostname or socket.gethostname()).split(".")[0]
+    for node in slurm.nodes(names=None):
+        if node.name == host and node.has_feature(feature):
+            raise UsageError(
+                f"this host is Slurm node {host}, which has feature {feature}: the cluster watcher "
+                "would vanish with it; run it on a standard node (or pass --allow-preemptible-host)"
+            )
+
+
+def state_dir_from(config_state_dir: Path, override: Path | None) -> Path:
+    return Path(override) if override else Path(config_state_dir)
+
+
+def build(
+    overrides: Mapping[str, Any],
+    *,
+    job_id: str | None = None,
+    config_file: Path | None = None,
+    state_dir: Path | None = None,
+    allow_preemptible_host: bool = False,
+    log: Log = lambda _m: None,
+    emit: Emit = lambda _e: None,
+) -> Watcher:
+    """A ready watcher: config searched (or ``config_file``), every setting checked, state loaded."""
+    if job_id is not None and not re.fullmatch(r"\d+", str(job_id)):
+        raise UsageError(f"--job needs a numeric Slurm job id (the unique id), not {job_id!r}")
+    paths = [*configmod.search_path()[:2], config_file] if config_file else None
+    if config_file and not Path(config_file).exists():
+        raise ConfigError(f"--config {config_file} does not exist")
+    conf = configmod.load(paths)
+    values = merged(conf.section("watch"), overrides)
+    settings = settings_from(values)
+    slurm = Slurm(timeout=float(values["slurm_timeout"]))
+    local_node = None
+    if job_id is not None:
+        # Inside a job Slurm names the node in SLURMD_NODENAME (on the test cluster every host is localhost).
+        local_node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    elif not allow_preemptible_host:
+        refuse_preemptible_host(slurm, settings.rules.feature)
+    sources = sources_from(values, local_node)
+    folder = state_dir_from(conf.state_dir(), state_dir)
+    sent = load_sent(state_path(folder, job_id), log)
+    watcher = Watcher(slurm, settings, sent, folder, sources, log=log, emit=emit, job_id=job_id)
+    return watcher

@@ -1,0 +1,276 @@
+"""The drain watcher: notice draining preemptible nodes, tell their jobs, restart requeued jobs fast.
+
+``Watcher.poll_once()`` does one round and returns what it did; ``run()`` is the thin loop around it
+(interval, back-off on a slow or dead controller, stop event). Two modes:
+
+Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of nodes:
+
+1. ``sinfo`` for every node's state, always;
+2. ``squeue -w <nodes> -t running`` only when a node newly started draining (or an earlier round on it
+   failed, or its enforcement moment came): one call for all such nodes;
+3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
+
+So at most 3 queries, plus one action command per job acted on (``scancel --signal``, ``scontrol``).
+
+Sidecar (``job_id`` set, run by the job itself): ``squeue -j J`` then ``sinfo -n <J's nodes>``; it tells
+only its own job and ends when the job stops running.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import sentstate
+from .actions import Context, Emit, Log, enforce, enforce_due, restart, tell
+from .errors import SlurmError, UsageError
+from .notice import to_text, utcnow
+from .sentstate import NodeEvent, SentState
+from .slurm import Slurm
+from .slurmdata import Job
+from .sources import Drain, DrainRules, SourceError, slurm_drains
+
+ALIVE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"}
+
+
+@dataclass
+class Settings:
+    grace: float = 300.0
+    interval: float = 5.0
+    rules: DrainRules = field(
+        default_factory=lambda: DrainRules(include=(re.compile(r"^TogetherPreemptionNotified"),))
+    )
+    enforce: bool = False
+    enforce_margin: float = 30.0
+    fast_restart: bool = True
+    fallback: bool = True
+    max_backoff: float = 60.0
+
+    def validate(self) -> None:
+        if self.grace < 0 or self.enforce_margin < 0:
+            raise UsageError("grace and enforce margin must be >= 0 seconds")
+        if self.interval <= 0:
+            raise UsageError("the poll interval must be > 0 seconds")
+
+
+@dataclass
+class PollResult:
+    queries: int = 0  # sinfo/squeue calls made
+    draining: list[str] = field(default_factory=list)  # nodes in a drain event
+    new_events: list[str] = field(default_factory=list)
+    actions: dict[str, int] = field(default_factory=dict)
+    job_ended: bool = False  # sidecar: its job stopped running
+
+    def to_json(self) -> dict:
+        return {
+            "event": "poll",
+            "queries": self.queries,
+            "draining": self.draining,
+            "new_events": self.new_events,
+            "actions": self.actions,
+            "job_ended": self.job_ended,
+        }
+
+
+class Watcher:
+    def __init__(
+        self,
+        slurm: Slurm,
+        settings: Settings,
+        sent: SentState,
+        state_dir: Path | None,
+        sources: Sequence = (),
+        log: Log = lambda _m: None,
+        emit: Emit = lambda _e: None,
+        job_id: str | None = None,
+    ):
+        self.slurm = slurm
+        self.settings = settings
+        self.sent = sent
+        self.sources = list(sources)
+        self.job_id = job_id
+        self.log = log
+        self.ctx = Context(slurm, sent, state_dir, log, emit)
+        self._source_failures: dict[str, int] = {}
+
+    # ------------------------------------------------------------------------------------ one round
+
+    def poll_once(self, now: datetime | None = None) -> PollResult:
+        """One round. Raises SlurmError when the controller cannot be read (the loop backs off)."""
+        before_calls = self._query_count()
+        self.ctx.counts = {}
+        result = self._poll_job() if self.job_id else self._poll_cluster(now or utcnow())
+        self._save()
+        result.queries = self._query_count() - before_calls
+        result.actions = dict(self.ctx.counts)
+        result.draining = sorted(self.sent.events)
+        return result
+
+    def _poll_cluster(self, now: datetime) -> PollResult:
+        result = PollResult()
+        nodes = self.slurm.nodes()
+        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace) + self._source_drains()
+        result.new_events = self._update_events(drains, scope=None)
+        due = [e for e in self.sent.events.values() if not e.handled]
+        enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
+        if due or enforcing:
+            names = sorted({e.node for e in due + enforcing})
+            self._act_on_nodes(self.slurm.jobs(nodes=names, states="running"), due, enforcing)
+        if self.settings.fast_restart or self.settings.fallback:
+            pending = self.slurm.jobs(states="pending")
+            for job in pending:
+                restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
+                self._save()
+            self.sent.forget_jobs({j.job_id for j in pending})
+        return result
+
+    def _poll_job(self) -> PollResult:
+        result = PollResult()
+        job = next((j for j in self.slurm.jobs(job_ids=[self.job_id]) if j.job_id == self.job_id), None)
+        if job is None or job.state not in ALIVE_STATES:
+            result.job_ended = True
+            return result
+        nodes = self.slurm.nodes(names=job.nodes) if job.nodes else []
+        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace) + self._source_drains()
+        result.new_events = self._update_events(drains, scope=set(job.nodes))
+        due = [e for e in self.sent.events.values() if not e.handled]
+        enforcing = [e for e in self.sent.events.values() if self._enforcing(e, utcnow())]
+        self._act_on_nodes([job], due, enforcing)
+        return result
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    def _update_events(self, drains: list[Drain], scope: set[str] | None) -> list[str]:
+        """Start events for nodes newly going away; end those of nodes back in service. The first
+        drain time seen is kept (a later DOWN overwrites Slurm's reason time)."""
+        earliest: dict[str, Drain] = {}
+        for drain in drains:
+            if scope is not None and drain.node not in scope:
+                continue
+            if drain.node not in earliest or drain.drain_time < earliest[drain.node].drain_time:
+                earliest[drain.node] = drain
+        for node in [n for n in self.sent.events if n not in earliest]:
+            self.log(f"node {node}: no longer draining; its event is over")
+            self.sent.forget_node(node)
+            self.ctx.dirty = True
+        new = sorted(n for n in earliest if n not in self.sent.events)
+        for node in new:
+            d = earliest[node]
+            self.sent.events[node] = NodeEvent(node, d.drain_time, d.reason, d.source, d.grace)
+            self.ctx.dirty = True
+            self.log(f"node {node}: going away ({d.source}: {d.reason!r} at {to_text(d.drain_time)})")
+            self.ctx.emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
+                           "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip
+        return new
+
+    def _enforcing(self, event: NodeEvent, now: datetime) -> bool:
+        return self.settings.enforce and enforce_due(event, self.settings.enforce_margin, now)
+
+    def _act_on_nodes(self, jobs: list[Job], due: list[NodeEvent], enforcing: list[NodeEvent]) -> None:
+        failed: set[str] = set()
+        due_nodes = {e.node: e for e in due}
+        for job in jobs:
+            for node in job.nodes:
+                if node in due_nodes and not tell(self.ctx, job, due_nodes[node]):
+                    failed.add(node)
+            self._save()
+        for event in due:
+            event.handled = event.node not in failed
+        for event in enforcing:
+            for job in jobs:
+                if event.node in job.nodes:
+                    enforce(self.ctx, job, event)
+            event.enforced = True
+        self.ctx.dirty = True
+
+    def _source_drains(self) -> list[Drain]:
+        found: list[Drain] = []
+        for source in self.sources:
+            try:
+                found += source.fetch()
+                self._source_failures[source.name] = 0
+            except SourceError as exc:
+                count = self._source_failures.get(source.name, 0) + 1
+                self._source_failures[source.name] = count
+                if count == 1 or count % 60 == 0:  # log the first failure, then now and then
+                    self.log(f"source {source.name}: {exc} (failure {count}; carrying on)")
+        return found
+
+    def _query_count(self) -> int:
+        return sum(1 for argv in self.slurm.history if argv and argv[0] in ("sinfo", "squeue"))
+
+    def _save(self) -> None:
+        if not self.ctx.dirty:
+            return
+        try:
+            self.sent.save()
+            self.ctx.dirty = False
+        except OSError as exc:
+            self.log(f"cannot save the watcher state to {self.sent.path}: {exc} (kept in memory)")
+
+
+# ---------------------------------------------------------------------------------------- loop
+
+
+def run(
+    watcher: Watcher,
+    stop: threading.Event | None = None,
+    once: bool = False,
+    on_poll: Emit = lambda _r: None,
+) -> int:
+    """Poll every ``interval`` seconds until ``stop`` is set (or, for a sidecar, the job ends).
+    A failing controller is retried with exponential back-off up to ``max_backoff``; never raises
+    except in ``once`` mode, where the SlurmError reaches the caller."""
+    stop = stop or threading.Event()
+    settings = watcher.settings
+    failures = 0
+    while True:
+        began = time.monotonic()
+        try:
+            result = watcher.poll_once()
+            failures = 0
+            on_poll(result.to_json())
+        except SlurmError as exc:
+            if once:
+                raise
+            failures += 1
+            watcher.log(f"Slurm did not answer ({exc}); retry {failures}")
+            result = None
+        except Exception as exc:  # a bug must not become a crash loop under systemd
+            if once:
+                raise
+            failures += 1
+            watcher.log(f"unexpected {type(exc).__name__}: {exc}; carrying on")
+            result = None
+        if once or (result is not None and result.job_ended):
+            return 0
+        wait = (
+            settings.interval if failures == 0 else min(settings.max_backoff, settings.interval * 2**failures)
+        )
+        if stop.wait(max(0.0, wait - (time.monotonic() - began))):
+            return 0
+
+
+def state_path(state_dir: Path, job_id: str | None) -> Path:
+    """The daemon's sent-state, or a sidecar's per-job one."""
+    name = f"sidecar-{job_id}.json" if job_id else "sent.json"
+    return Path(state_dir) / "watcher" / name
+
+
+def load_sent(path: Path, log: Log) -> SentState:
+    """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher."""
+    try:
+        return sentstate.load(path)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        aside = path.with_suffix(".corrupt")
+        log(f"watcher state {path} unreadable ({exc}); moved to {aside}, starting afresh")
+        try:
+            path.replace(aside)
+        except OSError:
+            pass
+        return SentState(path=path)
