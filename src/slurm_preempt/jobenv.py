@@ -1,0 +1,141 @@
+"""What a job learns from its environment, the ledger it writes to, and its ``[resume]`` settings.
+
+Slurm facts (22.05): ``SLURM_JOB_ID`` is the unique id even for an array task (requeue acts on it);
+``SLURM_RESTART_COUNT`` is set only after a restart (unset means 0); ``SLURM_JOB_NUM_NODES`` is the node
+count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's; there is
+no job start time in the environment, so the start of this process stands in for it.
+Import-light: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .config import ENV_STATE_DIR
+
+
+def _int(env: Mapping[str, str], *names: str, default: int) -> int:
+    for name in names:
+        text = (env.get(name) or "").strip()
+        if text.isdigit():
+            return int(text)
+    return default
+
+
+def process_start_time() -> datetime | None:
+    """When this process started (from /proc), UTC; None where /proc is missing."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 (starttime), counted after "pid (comm)"
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        started = time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+        return datetime.fromtimestamp(started, timezone.utc)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    job_id: str = ""
+    restart_count: int = 0
+    num_nodes: int = 1
+    node_list: str = ""
+    node: str = ""
+    rank: int = 0
+    world: int = 1
+    state_dir: Path | None = None
+    notice_file: Path | None = None
+    start_time: datetime | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
+        env = os.environ if environ is None else environ
+        job_id = env.get("SLURM_JOB_ID", "").strip()
+        state_dir = state_dir_of(env)
+        notice = env.get("SLURM_PREEMPT_NOTICE")
+        if not notice and state_dir is not None and job_id:
+            from .notice import notice_path
+
+            notice = str(notice_path(state_dir, job_id))
+        return cls(
+            job_id=job_id,
+            restart_count=_int(env, "SLURM_RESTART_COUNT", default=0),
+            num_nodes=_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1),
+            node_list=env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "")),
+            node=env.get("SLURMD_NODENAME", ""),
+            rank=_int(env, "RANK", "SLURM_PROCID", default=0),
+            world=_int(env, "WORLD_SIZE", "SLURM_NTASKS", default=1),
+            state_dir=state_dir,
+            notice_file=Path(notice) if notice else None,
+            start_time=process_start_time(),
+        )
+
+
+def state_dir_of(env: Mapping[str, str]) -> Path | None:
+    if env.get(ENV_STATE_DIR):
+        return Path(env[ENV_STATE_DIR])
+    try:
+        from . import config
+
+        return config.load(environ=env).state_dir(env)
+    except Exception:  # a broken config must not stop a job from running
+        return None
+
+
+def resume_settings() -> dict:
+    """The ``[resume]`` section of the config (empty when there is none or it cannot be read)."""
+    try:
+        from . import config
+
+        return dict(config.load().section("resume"))
+    except Exception as exc:
+        print(f"slurm-preempt: warning: ignoring the configuration: {exc}", file=sys.stderr)
+        return {}
+
+
+class LedgerWriter:
+    """Ledger events of this job; a missing or unwritable state folder warns once and never raises."""
+
+    def __init__(self, state_dir: Path | None, job_id: str):
+        self.state_dir, self.job_id = state_dir, job_id
+        self.enabled = bool(state_dir and job_id)
+        self._warned = False
+
+    def record(self, kind: str, **fields) -> Path | None:
+        if not self.enabled:
+            return None
+        from . import ledger
+
+        try:
+            return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
+        except (OSError, ValueError) as exc:
+            if not self._warned:
+                self._warned = True
+                print(
+                    f"slurm-preempt: warning: cannot write the ledger in {self.state_dir} ({exc}); "
+                    "carrying on without it",
+                    file=sys.stderr,
+                )
+            return None
+
+    def handled_events(self) -> set[str]:
+        """Notice event ids an earlier attempt already acted on (it requeued for them)."""
+        if not self.enabled:
+            return set()
+        from . import ledger
+
+        try:
+            events = ledger.events(self.state_dir, self.job_id)
+        except (OSError, ValueError):
+            return set()
+        return {e["event_id"] for e in events if e.get("kind") == "requeued" and e.get("event_id")}
+
+
+def ledger_writer(env: JobEnv) -> LedgerWriter:
+    return LedgerWriter(env.state_dir, env.job_id)

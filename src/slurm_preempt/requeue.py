@@ -1,0 +1,45 @@
+"""Requeue this job from inside it: ``scontrol requeue $SLURM_JOB_ID``.
+
+``SLURM_JOB_ID`` is the unique id, so an array task requeues only itself. Slurm then sends the job
+SIGTERM, waits KillWait and sends SIGKILL; the job is PENDING again with its restart count +1. The
+caller must ignore that SIGTERM (``Run`` does) and exit promptly. Import-light: ``slurm.py`` (which
+pulls in ClusterShell) is imported only when a requeue is actually asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .jobenv import JobEnv, LedgerWriter
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    message: str
+
+
+def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, events=()) -> Outcome:
+    """Ask Slurm to requeue this job; record ``requeued`` in the ledger. Never raises."""
+    if not env.job_id:
+        return Outcome(False, "not inside a Slurm job (SLURM_JOB_ID is unset): nothing to requeue")
+    from .errors import SlurmPreemptError
+    from .slurm import Slurm
+
+    try:
+        Slurm(timeout=30).requeue(env.job_id)
+    except SlurmPreemptError as exc:
+        message = f"cannot requeue job {env.job_id}: {exc}"
+        print(f"slurm-preempt: {message}", file=sys.stderr, flush=True)
+        return Outcome(False, message)
+    event_ids = sorted(events)
+    ledger.record(
+        "requeued",
+        step=step,
+        attempt=env.restart_count + 1,
+        event_id=event_ids[0] if event_ids else "",
+        how="scontrol requeue",
+    )
+    print(f"slurm-preempt: job {env.job_id} requeued (attempt {env.restart_count + 1} ends)", file=sys.stderr)
+    return Outcome(True, f"job {env.job_id} requeued")

@@ -1,0 +1,336 @@
+"""The job-side API: restart info, checkpoints, preemption notices, requeue self.
+
+::
+
+    run = slurm_preempt.Run(checkpoint_dir="ckpt", every=50)
+    state = run.restore() or fresh_state()        # None on a first run
+    for step in range(run.step, total):
+        train(state)
+        if run.should_checkpoint(step + 1):       # interval reached, or a notice (agreed by all ranks)
+            run.save(step + 1, state)
+        if run.preempted:                         # final checkpoint durable
+            run.requeue_and_exit()
+
+Preemption arrives as a signal (USR1 from the watcher, SIGTERM from the cluster, any configured one)
+and/or a notice file. Signal handlers only set a flag; all I/O happens at the next step boundary. The
+deadline comes from the notice (drain time + grace) when there is one, else signal time + ``grace``.
+Import-light: standard library only; Slurm commands (and ClusterShell) load only to requeue.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from . import agreement as agreement_mod
+from .checkpoint import Checkpoint, CheckpointStore
+from .errors import CheckpointError, SlurmPreemptError
+from .jobenv import JobEnv, ledger_writer, resume_settings
+
+DEFAULT_SIGNALS = ("USR1", "TERM")
+DEFAULT_GRACE = 30.0
+
+
+class Run:
+    """One attempt of a job. Build it once, early; it installs signal handlers (main thread only)."""
+
+    def __init__(
+        self,
+        checkpoint_dir: Path | str,
+        interval: float | None = None,
+        every: int | None = None,
+        keep: int | None = None,
+        background: bool = False,
+        grace: float | None = None,
+        signals: tuple[str, ...] | None = None,
+        agreement: agreement_mod.Agreement | None = None,
+        writer: bool | None = None,
+        environ: dict | None = None,
+        install_signals: bool = True,
+    ):
+        settings = resume_settings()
+        self.env = JobEnv.from_environ(environ)
+        self.store = CheckpointStore(checkpoint_dir, keep=int(keep or settings.get("keep", 3)))
+        self.interval, self.every, self.background = interval, every, background
+        self.grace = float(grace if grace is not None else settings.get("grace", DEFAULT_GRACE))
+        self.requeue_exit_code = settings.get("requeue_exit_code")
+        self.notice_poll = float(settings.get("notice_poll", 1.0))
+        self.agreement = agreement or agreement_mod.default(self.env.world)
+        self.writer = (self.env.rank == 0) if writer is None else writer
+        self._ledger = ledger_writer(self.env)
+        self.step = 0
+        self.restored: Checkpoint | None = None
+        self._last_save = time.monotonic()
+        self._signal_at: float | None = None  # wall clock of the first preemption signal
+        self._signal_name = ""
+        self._stopping = False  # all ranks agreed: take the final checkpoint now
+        self._final_saved = False
+        self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
+        self._handled_events: set[str] = set()
+        self._notice = None
+        self._notice_checked = float("-inf")
+        self._previous_handlers: dict[int, Any] = {}
+        if install_signals:
+            self.install_signals(signals or tuple(settings.get("signals", DEFAULT_SIGNALS)))
+
+    # ------------------------------------------------------------------------------------ facts
+
+    @property
+    def restart_count(self) -> int:
+        return self.env.restart_count
+
+    @property
+    def attempt(self) -> int:
+        return self.env.restart_count + 1
+
+    @property
+    def is_restart(self) -> bool:
+        """A restart by Slurm's count, or a checkpoint already there (e.g. a resubmitted job)."""
+        return self.env.restart_count > 0 or self.restored is not None or bool(self.store.steps())
+
+    @property
+    def nodes(self) -> int:
+        return self.env.num_nodes
+
+    @property
+    def previous_nodes(self) -> int | None:
+        """Node count of the attempt that wrote the restored checkpoint (None on a first run)."""
+        return None if self.restored is None else self.restored.meta.get("num_nodes")
+
+    @property
+    def nodes_changed(self) -> bool:
+        return self.previous_nodes is not None and self.previous_nodes != self.nodes
+
+    # ------------------------------------------------------------------------------------ restore
+
+    def restore(self) -> Any:
+        """The payload of the newest intact checkpoint (falls back past damaged ones), or None."""
+        found = self.store.latest()
+        if found is None:
+            return None
+        self.restored, self.step = found, found.step
+        self._handled_events.update(found.meta.get("handled_events", []))
+        self._handled_events.update(self._ledger.handled_events())
+        if self.writer:
+            self._say_resumed(found)
+        return found.load()
+
+    def _say_resumed(self, found: Checkpoint) -> None:
+        before = self.previous_nodes
+        change = f"; the previous attempt had {before}" if before not in (None, self.nodes) else ""
+        _say(f"resuming from step {found.step} (attempt {self.attempt}) on {self.nodes} node(s){change}")
+        self._ledger.record(
+            "resumed_from",
+            step=found.step,
+            path=str(found.path),
+            attempt=self.attempt,
+            nodes=self.nodes,
+            previous_nodes=before,
+            node_list=self.env.node_list,
+        )
+
+    # ------------------------------------------------------------------------------------ notices
+
+    def install_signals(self, names: tuple[str, ...]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            _say("warning: signal handlers can only be installed from the main thread; notices by file only")
+            return
+        for name in names:
+            number = getattr(signal, f"SIG{name.upper().removeprefix('SIG')}")
+            self._previous_handlers[number] = signal.signal(number, self._on_signal)
+
+    def restore_signals(self) -> None:
+        for number, handler in self._previous_handlers.items():
+            signal.signal(number, handler)
+        self._previous_handlers.clear()
+
+    def _on_signal(self, number, _frame) -> None:
+        # A flag only: no I/O, no checkpoint here (that hangs under NCCL/DDP); the step boundary acts.
+        if self._requeuing or self._signal_at is not None:
+            return
+        self._signal_at = time.time()
+        self._signal_name = signal.Signals(number).name
+
+    @property
+    def notice(self):
+        """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
+        now = time.monotonic()
+        if now - self._notice_checked >= self.notice_poll:
+            self._notice_checked = now
+            self._notice = self._fresh_notice()
+        return self._notice
+
+    def _fresh_notice(self):
+        from .notice import read_notice
+
+        path = self.env.notice_file
+        found = read_notice(path) if path else None
+        if found is None or found.event_id in self._handled_events:
+            return None
+        if self.env.start_time is not None and found.deadline < self.env.start_time:
+            return None  # a notice about an earlier attempt's node
+        return found
+
+    @property
+    def notified(self) -> bool:
+        """This rank has seen a signal or a notice (not yet agreed with the other ranks)."""
+        return self._signal_at is not None or self.notice is not None
+
+    @property
+    def deadline(self) -> datetime | None:
+        notice = self.notice
+        if notice is not None:
+            return notice.deadline
+        if self._signal_at is not None:
+            return datetime.fromtimestamp(self._signal_at, timezone.utc) + timedelta(seconds=self.grace)
+        return None
+
+    @property
+    def seconds_left(self) -> float | None:
+        deadline = self.deadline
+        return None if deadline is None else (deadline - datetime.now(timezone.utc)).total_seconds()
+
+    # ------------------------------------------------------------------------------------ saving
+
+    def should_checkpoint(self, step: int) -> bool:
+        """True when the interval is due or a preemption is coming. Every rank must call it at every
+        step boundary (it exchanges flags with the other ranks)."""
+        if self._stopping:
+            return not self._final_saved
+        local_stop = int(self.notified and not self._requeuing)
+        due = int(self._interval_due(step))
+        stop, due = self.agreement.agree([local_stop, due])
+        if stop:
+            self._stopping = True
+            left = self.seconds_left
+            when = f"{left:.0f} s left" if left is not None else "no deadline known"
+            if self.writer:
+                _say(f"preemption notice ({self._cause()}): final checkpoint at step {step}, {when}")
+        return bool(stop or due)
+
+    def _interval_due(self, step: int) -> bool:
+        if self.every and step % self.every == 0 and step != self.step:
+            return True
+        return bool(self.interval and time.monotonic() - self._last_save >= self.interval)
+
+    def _cause(self) -> str:
+        notice = self.notice
+        if notice is not None:
+            return f"node {notice.node}: {notice.reason}" if notice.reason else f"node {notice.node}"
+        return f"SIG{self._signal_name}" if self._signal_name else "another rank"
+
+    def save(self, step: int, state: Any, meta: dict | None = None) -> None:
+        """Checkpoint ``state`` at ``step`` (writer rank only; others return at once). The final
+        checkpoint after a notice is always synchronous, and every rank learns whether it succeeded."""
+        final = self._stopping
+        error = None
+        if self.writer:
+            try:
+                self._write(step, state, dict(meta or {}), background=self.background and not final)
+            except CheckpointError as exc:
+                error = exc
+        if final:
+            failed = self.agreement.agree([int(error is not None)])[0]
+            if error is None and failed:
+                error = CheckpointError(f"the final checkpoint at step {step} failed on the writer rank")
+        if error is not None:
+            raise error
+        self.step, self._last_save = step, time.monotonic()
+        self._final_saved = final
+
+    def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
+        done = self.store.wait()  # surfaces a failed background save
+        if done is not None and done.step != getattr(self, "_recorded_step", None):
+            self._record_saved(done)
+        meta.update(
+            job_id=self.env.job_id,
+            attempt=self.attempt,
+            num_nodes=self.nodes,
+            node_list=self.env.node_list,
+            handled_events=sorted(self._handled_events | self._current_event()),
+        )
+        if background:
+            self.store.save_async(step, state, meta)
+            return
+        self._record_saved(self.store.save(step, state, meta))
+
+    def _record_saved(self, found: Checkpoint) -> None:
+        self._recorded_step = found.step
+        self._ledger.record(
+            "checkpoint_saved",
+            step=found.step,
+            path=str(found.path),
+            bytes=found.nbytes,
+            seconds=found.manifest.get("seconds"),
+            final=self._stopping,
+        )
+
+    def _current_event(self) -> set[str]:
+        notice = self.notice if self._stopping else None
+        return {notice.event_id} if notice is not None and notice.event_id else set()
+
+    def wait(self) -> None:
+        """Wait for a background save; raise its error if it failed."""
+        done = self.store.wait()
+        if done is not None and done.step != getattr(self, "_recorded_step", None):
+            self._record_saved(done)
+
+    @property
+    def preempted(self) -> bool:
+        """All ranks agreed a preemption is coming and the final checkpoint is durable."""
+        return self._stopping and self._final_saved
+
+    # ------------------------------------------------------------------------------------ requeue
+
+    def requeue_and_exit(self, exit_code: int = 0) -> None:
+        """Requeue this job (writer rank) and exit ``exit_code``; when Slurm cannot be asked, fall back:
+        exit ``requeue_exit_code`` from the config when set (for sites with ``RequeueExit=``), else wait
+        for the node to go away so Slurm requeues a ``--requeue`` job itself."""
+        self.wait()
+        self._requeuing = True
+        if not self.writer:
+            sys.exit(exit_code)
+        from .requeue import requeue_self
+
+        outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
+        if outcome.ok:
+            sys.exit(exit_code)
+        fallback_exit(outcome.message, self.requeue_exit_code, self.seconds_left)
+
+    def close(self) -> None:
+        self.wait()
+        self.restore_signals()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.wait()
+        finally:
+            self.restore_signals()
+
+
+def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: float | None) -> None:
+    """Slurm could not be asked to requeue. Exit with the site's RequeueExit code when configured; else
+    stay alive until the node goes (Slurm requeues a --requeue job killed by NODE_FAIL or preemption)."""
+    if requeue_exit_code is not None:
+        _say(f"{message}; exiting {requeue_exit_code} (requeue_exit_code) so RequeueExit= requeues the job")
+        sys.exit(int(requeue_exit_code))
+    wait = max(seconds_left or 0.0, 0.0) + 300.0
+    _say(f"{message}; checkpoint saved; waiting up to {wait:.0f} s for Slurm to end and requeue the job")
+    time.sleep(wait)
+    _say("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
+    sys.exit(1)
+
+
+def _say(message: str) -> None:
+    print(f"slurm-preempt: {message}", file=sys.stderr, flush=True)
+
+
+__all__ = ["Run", "SlurmPreemptError", "fallback_exit"]
