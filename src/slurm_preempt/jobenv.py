@@ -99,6 +99,20 @@ def resume_settings() -> dict:
         return {}
 
 
+def fresh_notice(env: JobEnv, handled: set[str]):
+    """The notice for this attempt, or None. A notice an earlier attempt acted on (its event id is in
+    ``handled``), or whose deadline passed before this process started, is stale: the file outlives
+    the attempt it was written for."""
+    from .notice import read_notice
+
+    found = read_notice(env.notice_file) if env.notice_file else None
+    if found is None or found.event_id in handled:
+        return None
+    if env.start_time is not None and found.deadline < env.start_time:
+        return None
+    return found
+
+
 class LedgerWriter:
     """Ledger events of this job; a missing or unwritable state folder warns once and never raises."""
 

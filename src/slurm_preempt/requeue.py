@@ -30,9 +30,7 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
     try:
         Slurm(timeout=30).requeue(env.job_id)
     except SlurmPreemptError as exc:
-        message = f"cannot requeue job {env.job_id}: {exc}"
-        print(f"slurm-preempt: {message}", file=sys.stderr, flush=True)
-        return Outcome(False, message)
+        return Outcome(False, f"cannot requeue job {env.job_id}: {exc}")
     event_ids = sorted(events)
     ledger.record(
         "requeued",

@@ -30,7 +30,7 @@ from typing import Any
 from . import agreement as agreement_mod
 from .checkpoint import Checkpoint, CheckpointStore
 from .errors import CheckpointError, SlurmPreemptError
-from .jobenv import JobEnv, ledger_writer, resume_settings
+from .jobenv import JobEnv, fresh_notice, ledger_writer, resume_settings
 
 DEFAULT_SIGNALS = ("USR1", "TERM")
 DEFAULT_GRACE = 30.0
@@ -71,7 +71,7 @@ class Run:
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
         self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
-        self._handled_events: set[str] = set()
+        self._handled_events: set[str] = self._ledger.handled_events()
         self._notice = None
         self._notice_checked = float("-inf")
         self._previous_handlers: dict[int, Any] = {}
@@ -115,7 +115,7 @@ class Run:
             return None
         self.restored, self.step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
-        self._handled_events.update(self._ledger.handled_events())
+        self._notice_checked = float("-inf")  # re-read the notice with the handled events known
         if self.writer:
             self._say_resumed(found)
         return found.load()
@@ -166,15 +166,7 @@ class Run:
         return self._notice
 
     def _fresh_notice(self):
-        from .notice import read_notice
-
-        path = self.env.notice_file
-        found = read_notice(path) if path else None
-        if found is None or found.event_id in self._handled_events:
-            return None
-        if self.env.start_time is not None and found.deadline < self.env.start_time:
-            return None  # a notice about an earlier attempt's node
-        return found
+        return fresh_notice(self.env, self._handled_events)
 
     @property
     def notified(self) -> bool:

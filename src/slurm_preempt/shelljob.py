@@ -1,0 +1,169 @@
+"""What ``slurm-preempt resume ...`` does for shell jobs: the library behind the thin CLI.
+
+Each function reads the job's environment itself, so a bash script needs no Python of its own.
+Import-light: standard library only (Slurm commands load only to requeue).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checkpoint import Checkpoint, CheckpointStore
+from .errors import EXIT_SLURM, CheckpointError
+from .jobenv import JobEnv, LedgerWriter, fresh_notice, ledger_writer, resume_settings
+
+# `resume wait` exit codes (documented in docs/resume.md)
+WAIT_NOTICE = 0
+WAIT_PROCESS_ENDED = 1
+WAIT_TIMEOUT = 7
+
+
+def _handled(env: JobEnv, ledger: LedgerWriter, latest: Checkpoint | None) -> set[str]:
+    handled = ledger.handled_events()
+    if latest is not None:
+        handled.update(latest.meta.get("handled_events", []))
+    return handled
+
+
+def env_info(checkpoint_dir: Path | None) -> dict:
+    """Restart facts and the latest intact checkpoint, as one dict (also the ``--json`` output)."""
+    env = JobEnv.from_environ()
+    latest = CheckpointStore(Path(checkpoint_dir).absolute()).latest() if checkpoint_dir else None
+    previous = latest.meta.get("num_nodes") if latest else None
+    return {
+        "job_id": env.job_id,
+        "restart_count": env.restart_count,
+        "attempt": env.restart_count + 1,
+        "resume": bool(latest) or env.restart_count > 0,
+        "latest_checkpoint": str(latest.path) if latest else "",
+        "latest_step": latest.step if latest else None,
+        "nodes": env.num_nodes,
+        "previous_nodes": previous,
+        "notice_file": str(env.notice_file or ""),
+    }
+
+
+def export_lines(info: dict) -> list[str]:
+    values = {
+        "SLURM_PREEMPT_RESTART_COUNT": info["restart_count"],
+        "SLURM_PREEMPT_ATTEMPT": info["attempt"],
+        "SLURM_PREEMPT_RESUME_FLAG": "1" if info["latest_checkpoint"] else "",
+        "SLURM_PREEMPT_LATEST_CHECKPOINT": info["latest_checkpoint"],
+        "SLURM_PREEMPT_LATEST_STEP": "" if info["latest_step"] is None else info["latest_step"],
+        "SLURM_PREEMPT_NODES": info["nodes"],
+        "SLURM_PREEMPT_PREVIOUS_NODES": info["previous_nodes"] or "",
+    }
+    return [f"export {name}={shlex.quote(str(value))}" for name, value in values.items()]
+
+
+def latest(checkpoint_dir: Path) -> Checkpoint:
+    found = CheckpointStore(Path(checkpoint_dir).absolute()).latest()
+    if found is None:
+        raise CheckpointError(f"no intact checkpoint in {checkpoint_dir} (a first run starts from scratch)")
+    return found
+
+
+def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | None = None) -> Checkpoint:
+    """Copy ``paths`` into checkpoint ``step`` atomically and record it in the ledger."""
+    env = JobEnv.from_environ()
+    ledger = ledger_writer(env)
+    store = CheckpointStore(
+        Path(checkpoint_dir).absolute(), keep=int(keep or resume_settings().get("keep", 3))
+    )
+    handled = _handled(env, ledger, store.latest(verify=False))
+    notice = fresh_notice(env, handled)
+    if notice is not None and notice.event_id:
+        handled.add(notice.event_id)  # the resumed attempt must not act on this notice again
+    meta = {
+        "job_id": env.job_id,
+        "attempt": env.restart_count + 1,
+        "num_nodes": env.num_nodes,
+        "node_list": env.node_list,
+        "handled_events": sorted(handled),
+    }
+    found = store.save_paths(step, paths, meta)
+    ledger.record(
+        "checkpoint_saved",
+        step=step,
+        path=str(found.path),
+        bytes=found.nbytes,
+        seconds=found.manifest.get("seconds"),
+        final=notice is not None,
+    )
+    return found
+
+
+@dataclass
+class WaitResult:
+    code: int
+    what: str
+    notice: object = None
+    deadline: str = ""
+
+
+def wait_for_notice(
+    timeout: float | None, checkpoint_dir: Path | None = None, pid: int | None = None, poll: float = 0.5
+) -> WaitResult:
+    """Block until a notice file for this attempt appears or USR1/TERM arrives (WAIT_NOTICE), ``pid``
+    exits (WAIT_PROCESS_ENDED) or ``timeout`` passes (WAIT_TIMEOUT)."""
+    from .notice import to_text, utcnow
+
+    env = JobEnv.from_environ()
+    store_latest = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
+    handled = _handled(env, ledger_writer(env), store_latest)
+    got: list[str] = []
+    for number in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(number, lambda n, _f: got.append(signal.Signals(n).name))
+    grace = float(resume_settings().get("grace", 30.0))
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        notice = fresh_notice(env, handled)
+        if notice is not None:
+            return WaitResult(WAIT_NOTICE, f"notice for node {notice.node}", notice, to_text(notice.deadline))
+        if got:
+            deadline = to_text(utcnow()) if grace <= 0 else _plus(utcnow(), grace)
+            return WaitResult(WAIT_NOTICE, f"SIG{got[0]}", None, deadline)
+        if pid is not None and not _alive(pid):
+            return WaitResult(WAIT_PROCESS_ENDED, f"process {pid} ended")
+        if end is not None and time.monotonic() >= end:
+            return WaitResult(WAIT_TIMEOUT, f"no notice within {timeout:g} s")
+        time.sleep(poll)
+
+
+def _plus(moment, seconds: float) -> str:
+    from datetime import timedelta
+
+    from .notice import to_text
+
+    return to_text(moment + timedelta(seconds=seconds))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
+    """Requeue this job. Returns (ok, message, exit code for the shell: 0, or the fallback code)."""
+    from .requeue import requeue_self
+
+    env = JobEnv.from_environ()
+    ledger = ledger_writer(env)
+    found = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
+    notice = fresh_notice(env, _handled(env, ledger, found))
+    events = {notice.event_id} if notice is not None and notice.event_id else set()
+    outcome = requeue_self(env, ledger, step=found.step if found else None, events=events)
+    if outcome.ok:
+        return True, outcome.message, 0
+    code = resume_settings().get("requeue_exit_code")
+    return False, outcome.message, int(code) if code is not None else EXIT_SLURM
