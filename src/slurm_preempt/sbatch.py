@@ -1,0 +1,249 @@
+"""Job scripts that survive preemption: render, explain, write and submit them.
+
+A script is a jinja2 template (``templates/*.j2``) rendered with StrictUndefined from a checked
+``JobSpec`` (``sbatch_options``). Values are quoted by code: the ``sh`` filter (``shlex.quote``) for
+the shell, ``sbatch_quote`` for ``#SBATCH`` lines. Templates never quote by hand.
+
+Variables a template (built-in or ``--template PATH``) receives:
+
+    spec            the JobSpec (spec.job_name, spec.nodes, spec.checkpoint_dir, spec.forward_signal,
+                    spec.trap_signals, spec.resume_flags, spec.env, spec.setup, spec.rdzv_port, ...)
+    sbatch_lines    the ``#SBATCH ...`` lines, already checked and quoted
+    command         the command's argv (a list: quote each with ``|sh``)
+    command_line    the command as one shell-quoted line
+    state_dir       the slurm-preempt state folder from the config (notices live under it)
+    exe             the slurm-preempt executable of this install (for the sidecar)
+    version         slurm-preempt's version
+    template_name   the template's name
+
+A user template may ``{% extends "_base.sh.j2" %}`` and override its blocks (sbatch, environment,
+setup, command, announce, sidecar, requeue), or stand alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from . import __version__
+from .config import DEFAULT_STATE_DIR, Config
+from .config import load as load_config
+from .errors import UsageError
+from .resources import data_dir
+from .sbatch_options import BUILTIN_TEMPLATES, JobSpec, build_spec, merge_settings, sbatch_quote
+from .slurm import Slurm
+
+_BARE = re.compile(r"^[A-Za-z0-9_.,:/%@+=\-]+$")
+
+
+@dataclass
+class Generated:
+    """A rendered script and the spec it came from."""
+
+    spec: JobSpec
+    script: str
+    template_path: Path
+
+
+def generate(cli: dict[str, Any], command: list[str], config: Config | None = None) -> Generated:
+    """Check the options (config ``[sbatch]`` then ``cli``) and render the script."""
+    config = config if config is not None else load_config()
+    settings = merge_settings(config.section("sbatch"), cli)
+    spec = build_spec(settings, list(command))
+    if not settings.get("torchrun"):
+        spec.torchrun = torchrun_executable()
+    state_dir = str(config.data.get("state_dir", DEFAULT_STATE_DIR))
+    return Generated(spec=spec, script=render(spec, state_dir), template_path=template_path(spec.template))
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def template_path(name: str) -> Path:
+    """A built-in template by name, or a user's template file by path."""
+    if name in BUILTIN_TEMPLATES:
+        return data_dir("templates") / f"{name}.sh.j2"
+    path = Path(name).expanduser()
+    if "/" not in name and not name.endswith(".j2"):
+        raise UsageError(
+            f"unknown template {name!r}: choose {', '.join(BUILTIN_TEMPLATES)} or a path to a .j2 file"
+        )
+    if not path.is_file():
+        raise UsageError(f"template {name} does not exist")
+    return path.resolve()
+
+
+def environment(search: list[Path]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(p) for p in search]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - shell scripts, quoted by the filters below
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    env.filters["sbatch_quote"] = lambda value: sbatch_quote(str(value))
+    return env
+
+
+def render(spec: JobSpec, state_dir: str) -> str:
+    path = template_path(spec.template)
+    env = environment([path.parent, data_dir("templates")])
+    context = {
+        "spec": spec,
+        "sbatch_lines": sbatch_lines(spec),
+        "command": spec.command,
+        "command_line": shlex.join(spec.command),
+        "state_dir": state_dir,
+        "exe": slurm_preempt_executable(),
+        "version": __version__,
+        "template_name": spec.template if spec.template in BUILTIN_TEMPLATES else path.name,
+    }
+    try:
+        return env.get_template(path.name).render(context)
+    except jinja2.UndefinedError as exc:
+        raise UsageError(f"template {path}: {exc.message}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise UsageError(f"template {exc.filename or path}, line {exc.lineno}: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise UsageError(f"template {path}: cannot find {exc.name}") from None
+
+
+def sbatch_lines(spec: JobSpec) -> list[str]:
+    lines = []
+    for name, value in spec.sbatch_options():
+        if value is None:
+            lines.append(f"#SBATCH --{name}")
+        elif _BARE.match(value):
+            lines.append(f"#SBATCH --{name}={value}")
+        else:
+            lines.append(f"#SBATCH --{name}={sbatch_quote(value)}")
+    return lines
+
+
+def slurm_preempt_executable() -> str:
+    """The slurm-preempt command of this very install, so the job runs the same version."""
+    sibling = Path(sys.executable).parent / "slurm-preempt"
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return str(sibling)
+    return shutil.which("slurm-preempt") or "slurm-preempt"
+
+
+def torchrun_executable() -> str:
+    sibling = Path(sys.executable).parent / "torchrun"
+    if sibling.is_file():
+        return str(sibling)
+    return shutil.which("torchrun") or "torchrun"
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def write_script(script: str, path: Path) -> Path:
+    """Write the script (executable) to ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"--write {path} is a folder; give a file name")
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def keep_script(script: str, job_name: str) -> Path:
+    """A file for a script submitted without --write, kept so the job can be read back later."""
+    fd, name = tempfile.mkstemp(prefix=f"slurm-preempt-{job_name}-", suffix=".sh")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(script)
+    os.chmod(name, 0o755)
+    return Path(name)
+
+
+def submit(path: Path, slurm: Slurm | None = None) -> str:
+    return (slurm or Slurm()).submit(str(path))
+
+
+def test_only(path: Path, slurm: Slurm | None = None) -> str:
+    """``sbatch --test-only``: raises SlurmError when sbatch refuses the script."""
+    return (slurm or Slurm()).submit(str(path), test_only=True)
+
+
+# ------------------------------------------------------------------------------------------ explain
+
+
+def explain(spec: JobSpec) -> str:
+    """What the script does, in plain words, for the options given."""
+    notice = spec.notice_signal
+    forward = f"SIG{spec.forward_signal}" if spec.forward_signal else "no signal (it reads the notice file)"
+    resume = " ".join(spec.resume_flags) or "(no resume flag: give --resume-flag)"
+    watcher = "cluster daemon, or the sidecar this script starts" if spec.sidecar else "cluster daemon"
+    where = f"nodes with the feature '{spec.constraint}'" if spec.constraint else "any node (--standard)"
+    paras = [
+        f"Job {spec.job_name!r} runs `{shlex.join(spec.command)}` on {where}, with --requeue and "
+        f"--open-mode=append: every attempt writes to the same log ({spec.output}), each labelled "
+        "'slurm-preempt: attempt N (restart R) on NODE at TIME'.",
+        "At a drain: Slurm itself tells the job nothing. "
+        + (
+            f"The slurm-preempt watcher ({watcher}) "
+            f"writes a notice to $SLURM_PREEMPT_NOTICE and sends SIG{notice} to the batch shell, which "
+            f"passes {forward} on to the command. "
+            if notice
+            else "The watcher writes a notice to $SLURM_PREEMPT_NOTICE but sends no signal "
+            "(--notice-signal none): the command must watch that file. "
+        )
+        + "When the command exits after a notice, the script requeues the job (scontrol requeue) and "
+        "exits 0, so the attempt is recorded as requeued, not completed.",
+        "At removal (the node vanishes before the command is done): the job ends NODE_FAIL and Slurm "
+        "requeues it because of --requeue; work since the last checkpoint is lost. "
+        + (
+            "Slurm holds a requeued job ~2 minutes; the watcher releases it at once (fast restart)."
+            if spec.optin.fast_restart
+            else "Fast restart is off: the job waits Slurm's ~2 minute hold."
+        ),
+        f"On restart: SLURM_RESTART_COUNT > 0 or a non-empty checkpoint folder ({spec.checkpoint_dir}"
+        f"{'/task-N' if spec.template == 'array' else ''}) sets SLURM_PREEMPT_RESTART=1 and appends "
+        f"{resume} to the command. The command also gets SLURM_PREEMPT_CHECKPOINT_DIR, "
+        "SLURM_PREEMPT_ATTEMPT and SLURM_PREEMPT_NOTICE.",
+    ]
+    if spec.timelimit_notice:
+        paras.append(
+            f"At the time limit: Slurm sends SIG{spec.timelimit_signal} {spec.timelimit_notice} s before "
+            f"--time runs out; the script treats it as a notice (final checkpoint, requeue), so the run "
+            "can go on past the partition's MaxTime."
+        )
+    else:
+        paras.append("At the time limit: the job is killed (no --timelimit-notice given), not requeued.")
+    paras.append(
+        f"On SIGTERM to the batch shell (scancel, a site's own preemption): it passes "
+        f"SIG{spec.forward_signal or 'TERM'} on, waits for the command and exits with its status."
+    )
+    fallback = []
+    if spec.optin.fallback_after:
+        fallback.append(f"after {spec.optin.fallback_after} preemptions")
+    if spec.optin.fallback_pending:
+        fallback.append(f"after {spec.optin.fallback_pending:g} s pending")
+    if fallback:
+        paras.append(
+            f"Fallback: the watcher moves the pending job to '{spec.optin.fallback_to}' nodes "
+            f"{' or '.join(fallback)}."
+        )
+    if spec.template == "array":
+        paras.append(
+            "Array: each task has its own log, checkpoint folder and restart count; a notice requeues "
+            "only that task (its own SLURM_JOB_ID), never the whole array."
+        )
+    if spec.template == "torchrun":
+        paras.append(
+            f"torchrun: every attempt rendezvouses on the first node of its allocation (its NodeAddr), "
+            f"port {spec.rdzv_port}, with --nnodes set to the nodes actually allocated."
+        )
+    return "\n\n".join(paras) + "\n"
