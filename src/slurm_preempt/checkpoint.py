@@ -5,7 +5,7 @@ Layout of a store folder::
     <dir>/step-000000000042/          one complete checkpoint
             state.pkl  state.buffers  (or data.bin, or the files you saved)
             MANIFEST.json             written last: step, sizes, CRC-32 of every file, metadata
-    <dir>/.tmp-<host>-<pid>-<step>/   a save in progress (never read)
+    <dir>/.tmp-<host>-<pid>-<step>-.../  a save in progress (never read; swept once its process died)
 
 A save writes every file under the temporary folder, fsyncs each file, writes the manifest last,
 fsyncs the folder, renames it to ``step-N`` and fsyncs the store folder. A process killed at any point
@@ -179,7 +179,7 @@ class CheckpointStore:
             raise CheckpointError(f"keep must be at least 1, not {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self._warn = warn or _stderr
+        self._warn = warn if warn is not None else _stderr
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last: Checkpoint | None = None
@@ -245,8 +245,8 @@ class CheckpointStore:
     def _write(self, step: int, snap: Snapshot, meta: dict) -> Checkpoint:
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
-        host = socket.gethostname().split(".")[0]
-        tmp = self.directory / f".tmp-{host}-{os.getpid()}-{step}-{threading.get_ident()}"
+        self._sweep()
+        tmp = self._scratch("tmp", f"{step}-{threading.get_ident()}")
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
@@ -296,7 +296,7 @@ class CheckpointStore:
         if final.exists():
             # Re-saving a step (e.g. the final checkpoint of a resumed run at the same step): move the old
             # one aside first; a crash in between leaves the earlier checkpoints to fall back to.
-            aside = final.with_name(f".old-{final.name}-{os.getpid()}")
+            aside = self._scratch("old", final.name)
             shutil.rmtree(aside, ignore_errors=True)
             os.rename(final, aside)
             os.rename(tmp, final)
@@ -305,6 +305,25 @@ class CheckpointStore:
         else:
             os.rename(tmp, final)
             fsync_dir(self.directory)
+
+    def _scratch(self, kind: str, what: str) -> Path:
+        return self.directory / f".{kind}-{_HOST}-{os.getpid()}-{what}"
+
+    def _sweep(self) -> None:
+        """Remove scratch folders left by processes of this host that died (killed mid-save)."""
+        try:
+            names = [n for n in os.listdir(self.directory) if n.startswith((".tmp-", ".old-", ".del-"))]
+        except OSError:
+            return
+        for name in names:
+            parts = name.split("-", 3)
+            if len(parts) < 4 or parts[1] != _HOST or not parts[2].isdigit() or _pid_alive(int(parts[2])):
+                continue
+            target = self.directory / parts[3]
+            if name.startswith(".old-") and not target.exists():
+                os.rename(self.directory / name, target)  # killed between the two renames of a re-save
+                continue
+            shutil.rmtree(self.directory / name, ignore_errors=True)
 
     def _failure_text(self, step: int, exc: OSError) -> str:
         previous = self._newest_name()
@@ -319,7 +338,7 @@ class CheckpointStore:
     def _prune(self) -> None:
         for step in self.steps()[: -self.keep]:
             path = self.directory / step_name(step)
-            trash = self.directory / f".del-{path.name}-{os.getpid()}"
+            trash = self._scratch("del", path.name)
             try:
                 os.rename(path, trash)  # gone from listings at once, even if rmtree is interrupted
             except OSError:
@@ -365,6 +384,19 @@ class CheckpointStore:
         """(step, payload) of the newest intact checkpoint, or None on a first run."""
         found = self.latest()
         return None if found is None else (found.step, found.load())
+
+
+_HOST = socket.gethostname().split(".")[0].replace("-", "_")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _stderr(message: str) -> None:
