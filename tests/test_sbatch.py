@@ -1,0 +1,393 @@
+"""The sbatch generator without a cluster: option checks, rendering, bad input, quoting.
+
+The #SBATCH lines are read back with a port of sbatch's own line parser (Slurm 22.05
+src/sbatch/opt.c: _get_argument and the scan that stops at the first command line), and the
+command's argv is read back by running the rendered script's shell with bash. The same properties
+are proven on the real cluster in test_sbatch_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_preempt import sbatch as gen
+from slurm_preempt.cli import main as cli_main
+from slurm_preempt.config import Config
+from slurm_preempt.errors import ConfigError, UsageError
+from slurm_preempt.optin import parse as parse_optin
+from slurm_preempt.sbatch_options import parse_nodes, parse_time
+
+EMPTY = Config()
+
+
+def make(command=("python", "train.py"), config=EMPTY, **options):
+    return gen.generate(options, list(command), config)
+
+
+# ------------------------------------------------------------------------------ sbatch's line parser
+
+
+def slurm_get_argument(text: str) -> tuple[str | None, int]:
+    """Port of sbatch's _get_argument: one argument and how many characters it used."""
+    i = 0
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i < len(text) and text[i] == ":":
+        raise ValueError("sbatch: Unexpected `:`")
+    if i >= len(text):
+        return None, i
+    out, escape, quote = [], False, ""
+    while i < len(text) and (quote or not text[i].isspace()) and text[i] != "\n":
+        ch = text[i]
+        if escape:
+            escape = False
+        elif ch == "\\":
+            escape, i = True, i + 1
+            continue
+        elif quote:
+            if ch == quote:
+                quote, i = "", i + 1
+                continue
+        elif ch in "\"'":
+            quote, i = ch, i + 1
+            continue
+        elif ch == "#":
+            break
+        out.append(ch)
+        i += 1
+    if quote:
+        raise ValueError("sbatch: Unmatched quote")
+    return ("".join(out) if out else None), i
+
+
+def slurm_directives(script: str) -> list[str]:
+    """The argv sbatch builds from a script's #SBATCH lines (it stops at the first command)."""
+    args = []
+    for line in script.split("\n")[1:]:
+        if line.startswith("#SBATCH"):
+            rest = line[len("#SBATCH") :]
+            while True:
+                arg, used = slurm_get_argument(rest)
+                if arg is None:
+                    break
+                args.append(arg)
+                rest = rest[used:]
+        elif line.strip() and not line.strip().startswith("#"):
+            break
+    return args
+
+
+def options_of(script: str) -> dict[str, list[str | None]]:
+    found: dict[str, list[str | None]] = {}
+    for arg in slurm_directives(script):
+        name, sep, value = arg[2:].partition("=")
+        assert arg.startswith("--"), arg
+        found.setdefault(name, []).append(value if sep else None)
+    return found
+
+
+# ------------------------------------------------------------------------------ values and defaults
+
+
+def test_defaults_target_preemptible_nodes_requeue_and_append():
+    opts = options_of(make().script)
+    assert opts["constraint"] == ["preemptible"]
+    assert opts["requeue"] == [None]
+    assert opts["open-mode"] == ["append"]
+    assert opts["output"] == ["%x-%j.out"]
+    assert opts["job-name"] == ["train"]
+    assert parse_optin(opts["comment"][0]).signal == "USR1"
+
+
+def test_standard_drops_the_constraint_and_constraint_replaces_it():
+    assert "constraint" not in options_of(make(standard=True).script)
+    assert options_of(make(constraint="preemptible&h100").script)["constraint"] == ["preemptible&h100"]
+
+
+def test_optin_tokens_map_from_options_and_keep_the_users_comment():
+    made = make(
+        comment="my run",
+        notice_signal="usr2",
+        fallback_after="3",
+        fallback_pending="1800",
+        fast_restart=False,
+    )
+    comment = options_of(made.script)["comment"][0]
+    assert comment.startswith("my run ")
+    optin = parse_optin(comment)
+    assert (optin.signal, optin.fallback_after, optin.fallback_pending, optin.fast_restart) == (
+        "USR2",
+        3,
+        1800,
+        False,
+    )
+    assert "trap 'sp_on_notice USR2' USR2" in made.script
+
+
+def test_notice_signal_none_traps_nothing_but_term():
+    made = make(notice_signal="none", forward_signal="none")
+    assert parse_optin(options_of(made.script)["comment"][0]).signal is None
+    assert "sp_on_notice USR" not in made.script
+    assert "trap sp_on_term TERM" in made.script
+
+
+def test_timelimit_notice_adds_a_batch_signal_and_traps_it():
+    made = make(time="1:00:00", timelimit_notice="600", notice_signal="none")
+    assert options_of(made.script)["signal"] == ["B:USR1@600"]
+    assert "trap 'sp_on_notice USR1' USR1" in made.script
+
+
+def test_array_template_gets_per_task_output_and_checkpoints():
+    made = make(array="0-9%2")
+    assert made.spec.template == "array"
+    opts = options_of(made.script)
+    assert opts["array"] == ["0-9%2"]
+    assert opts["output"] == ["%x-%A_%a.out"]
+    assert '/task-$SLURM_ARRAY_TASK_ID"' in made.script
+
+
+def test_config_gives_defaults_and_the_command_line_wins(tmp_path):
+    config = Config(
+        data={
+            "state_dir": "/shared/sp",
+            "sbatch": {
+                "partition": "gpu",
+                "account": "lab",
+                "checkpoint_root": "/data/ckpt",
+                "setup": ["module load cuda"],
+                "env": {"OMP_NUM_THREADS": "4"},
+                "notice_signal": "USR2",
+            },
+        }
+    )
+    made = make(config=config, partition="spot", setup=("source venv/bin/activate",))
+    opts = options_of(made.script)
+    assert opts["partition"] == ["spot"] and opts["account"] == ["lab"]
+    assert made.spec.checkpoint_dir == "/data/ckpt/train"
+    assert made.spec.setup == ["module load cuda", "source venv/bin/activate"]
+    assert "export OMP_NUM_THREADS=4" in made.script
+    assert "sp_default_state_dir=/shared/sp" in made.script
+    assert made.spec.notice_signal == "USR2"
+
+
+def test_unknown_config_key_is_a_config_error():
+    with pytest.raises(ConfigError, match="partitoin"):
+        make(config=Config(data={"sbatch": {"partitoin": "gpu"}}))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1", "1"), ("4", "4"), ("2-4", "2-4"), (" 2 - 4 ", "2-4"), ("3-3", "3-3")],
+)
+def test_nodes_accepts_counts_and_ranges(text, expected):
+    assert parse_nodes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("1:00:00", 3600),
+        ("2-12", 216000),
+        ("1-0:30", 88200),
+        ("UNLIMITED", None),
+    ],
+)
+def test_time_accepts_slurms_forms(text, seconds):
+    assert parse_time(text) == seconds
+
+
+def test_resume_flag_is_appended_only_on_restart():
+    made = make(resume_flag=("--resume-from-latest",))
+    assert 'if [ "$SLURM_PREEMPT_RESTART" = 1 ]; then\n    sp_cmd+=( --resume-from-latest )' in made.script
+
+
+def test_sidecar_uses_this_installs_executable_and_survives_its_absence():
+    made = make(sidecar=True, grace="20")
+    assert f"sp_exe={gen.slurm_preempt_executable()}" in made.script
+    assert '"$sp_exe" watch --sidecar --job "$SLURM_JOB_ID" --grace 20 &' in made.script
+    assert "running without it" in made.script
+
+
+def test_torchrun_template_uses_the_allocation_and_the_node_address():
+    made = make(command=("train.py", "--lr", "3e-4"), template="torchrun", nodes="2-4", rdzv_port="29555")
+    script = made.script
+    assert 'scontrol show node "$sp_first_node"' in script and "NodeAddr=" in script
+    assert '--nnodes="$SLURM_JOB_NUM_NODES"' in script
+    assert '--rdzv-endpoint="$SLURM_PREEMPT_RDZV_ENDPOINT"' in script
+    assert 'SLURM_PREEMPT_RDZV_ENDPOINT="$sp_rdzv_host:29555"' in script
+    assert options_of(script)["nodes"] == ["2-4"]
+
+
+def test_user_template_gets_the_documented_variables(tmp_path):
+    path = tmp_path / "mine.sh.j2"
+    path.write_text(
+        '{% extends "_base.sh.j2" %}\n{% block setup %}echo {{ spec.job_name|sh }} {{ command_line|sh }}\n'
+        "{% endblock %}\n"
+    )
+    made = make(template=str(path), job_name="mine")
+    assert "echo mine 'python train.py'" in made.script
+    assert options_of(made.script)["job-name"] == ["mine"]
+
+
+def test_explain_speaks_of_drain_removal_restart_and_time_limit():
+    text = gen.explain(make(timelimit_notice="300", time="2:00:00", resume_flag=("--resume",)).spec)
+    for words in ("At a drain", "At removal", "On restart", "At the time limit", "--resume", "SIGTERM"):
+        assert words in text
+
+
+# ------------------------------------------------------------------------------ bad input via the CLI
+
+
+def run_cli(*args: str, env: dict | None = None):
+    return CliRunner().invoke(cli_main, ["sbatch", *args], env=env)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nodes", "4-2", "--", "x"], "MIN is larger than MAX"),
+        (["--nodes", "0", "--", "x"], "at least 1 node"),
+        (["--time", "25:99", "--", "x"], "99 seconds is out of range"),
+        (["--template", "nosuch", "--", "x"], "unknown template 'nosuch'"),
+        (["--sbatch", "--bogus", "--", "x"], "--bogus is not an sbatch option"),
+        (["--sbatch", "--open-mode=truncate", "--", "x"], "set by slurm-preempt sbatch"),
+        (["--sbatch", "--uid=0", "--", "x"], "set by slurm-preempt sbatch"),
+        (["--sbatch", "--partition=x", "--", "x"], "use --partition"),
+        (["--sbatch", "-N 2", "--", "x"], "long sbatch option"),
+        ([], "no command given"),
+        (["--job-name", "a\n#SBATCH --uid=0", "--", "x"], "must be one line"),
+        (["--job-name", "my hetjob", "--", "x"], "job separator"),
+        (["--comment", "a\x00b", "--", "x"], "NUL"),
+        (["--notice-signal", "KILL", "--", "x"], "--notice-signal 'KILL'"),
+        (["--forward-signal", "STOP", "--", "x"], "--forward-signal 'STOP'"),
+        (["--checkpoint-interval", "-5", "--", "x"], "positive number or auto"),
+        (["--time", "10", "--timelimit-notice", "900", "--", "x"], "not shorter than --time"),
+        (["--template", "array", "--", "x"], "needs --array"),
+        (["--env", "1X=2", "--", "x"], "NAME=VALUE"),
+        (["--setup", "a\nb", "--", "x"], "one shell line"),
+        (["--mem", "lots", "--", "x"], "--mem 'lots' is not valid"),
+        (["--write", "/", "--", "x"], "is a folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args, message):
+    result = run_cli(*args)
+    assert result.exit_code != 0
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_template_with_an_undefined_variable_is_one_line(tmp_path):
+    path = tmp_path / "bad.sh.j2"
+    path.write_text("#!/bin/bash\necho {{ no_such_thing }}\n")
+    result = run_cli("--template", str(path), "--", "x")
+    assert result.exit_code == 2
+    assert result.output.strip() == f"Error: template {path}: 'no_such_thing' is undefined"
+
+
+def test_checkpoint_interval_auto_without_history_is_a_clear_error_or_a_number():
+    result = run_cli("--checkpoint-interval", "auto", "--", "x")
+    if result.exit_code != 0:
+        assert "--checkpoint-interval auto" in result.output and len(result.output.strip().splitlines()) == 1
+    else:
+        assert "SLURM_PREEMPT_CHECKPOINT_INTERVAL=" in result.output
+
+
+def test_cli_prints_writes_and_explains(tmp_path):
+    printed = run_cli("--nodes", "2", "--", "python", "train.py")
+    assert printed.exit_code == 0 and printed.output.startswith("#!/bin/bash\n#SBATCH --job-name=train\n")
+    target = tmp_path / "job.sh"
+    written = run_cli("--nodes", "2", "--write", str(target), "--json", "--", "python", "train.py")
+    assert written.exit_code == 0 and json.loads(written.output) == {"script": str(target)}
+    assert target.read_text() == printed.output and os.access(target, os.X_OK)
+    explained = run_cli("--explain")
+    assert explained.exit_code == 0 and "At a drain" in explained.output
+    helped = run_cli("--help")
+    assert "Example:" in helped.output
+
+
+# ------------------------------------------------------------------------------ hypothesis: quoting
+
+LINE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=LINE_TEXT, comment=LINE_TEXT, output=LINE_TEXT, mail=LINE_TEXT, begin=LINE_TEXT)
+def test_sbatch_lines_read_back_exactly_or_are_refused(name, comment, output, mail, begin):
+    try:
+        made = make(
+            job_name=name, comment=comment, output=output, mail_user=mail, sbatch=(f"--begin={begin}",)
+        )
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+        return
+    opts = options_of(made.script)
+    assert opts["job-name"] == [name]
+    assert opts["output"] == [output]
+    assert opts["mail-user"] == [mail]
+    assert opts["begin"] == [begin]
+    assert opts["comment"] == [made.spec.comment]
+    assert " ".join(comment.split()) in made.spec.comment  # merge_comment normalises spaces
+    # No value added a directive: exactly the options the spec asked for, in order.
+    assert [a.split("=", 1)[0] for a in slurm_directives(made.script)] == [
+        f"--{n}" for n, _v in made.spec.sbatch_options()
+    ]
+
+
+def run_locally(script: str, tmp: Path) -> list[str]:
+    """Run the rendered script with bash outside Slurm (it only needs SLURM_JOB_ID) and read argv."""
+    path = tmp / "job.sh"
+    path.write_text(script)
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_JOB_ID": "1",
+        "SLURM_PREEMPT_STATE_DIR": str(tmp / "state"),
+        "HOME": str(tmp),
+    }
+    proc = subprocess.run(
+        ["bash", str(path)], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((tmp / "argv.json").read_text())
+
+
+def argv_dumper(out: Path) -> list[str]:
+    return [sys.executable, "-c", "import json,sys; json.dump(sys.argv[1:], open(sys.argv[1],'w'))", str(out)]
+
+
+ARG_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=st.lists(ARG_TEXT, max_size=5), env_value=ARG_TEXT)
+def test_command_argv_reaches_the_command_exactly(tmp_path_factory, args, env_value):
+    tmp = tmp_path_factory.mktemp("argv")
+    command = [*argv_dumper(tmp / "argv.json"), *args]
+    made = make(command=command, checkpoint_dir=str(tmp / "ckpt"), env=(f"SP_TEST_VALUE={env_value}",))
+    assert run_locally(made.script, tmp) == [str(tmp / "argv.json"), *args]
+    assert not Path("/tmp/sp-sbatch-pwned").exists()
+
+
+def test_awkward_arguments_stay_literal(tmp_path):
+    awkward = [
+        "$(touch /tmp/sp-sbatch-pwned)",
+        "`touch /tmp/sp-sbatch-pwned`",
+        "a'b\"c",
+        "x; rm -rf /",
+        "a\nb",
+        "ünï ☃",
+    ]
+    made = make(command=[*argv_dumper(tmp_path / "argv.json"), *awkward], checkpoint_dir=str(tmp_path / "c"))
+    assert run_locally(made.script, tmp_path)[1:] == awkward
+    assert not Path("/tmp/sp-sbatch-pwned").exists()
