@@ -1,0 +1,109 @@
+"""Multi-rank agreement: real processes, each told of the preemption at a different step, all take the
+final checkpoint at the same step boundary, and only rank 0 writes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_preempt.agreement import FileAgreement, SingleProcess
+from slurm_preempt.checkpoint import CheckpointStore
+
+WORKER = """
+import json, os, signal, sys
+from slurm_preempt import Run
+from slurm_preempt.agreement import FileAgreement, TorchAgreement
+
+kind, folder = sys.argv[1], sys.argv[4]
+rank, world, signal_step = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
+env = {"RANK": str(rank), "WORLD_SIZE": str(world)}
+if kind == "torch":
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{folder}/torch-store", rank=rank, world_size=world)
+    agreement = TorchAgreement()
+else:
+    agreement = FileAgreement(f"{folder}/meet", rank, world)
+run = Run(f"{folder}/ckpt", every=1000, agreement=agreement, environ=env)
+state = run.restore() or {"step": 0, "total": 0}
+for step in range(state["step"] + 1, 200):
+    state = {"step": step, "total": state["total"] + step}
+    if step == signal_step:
+        os.kill(os.getpid(), signal.SIGUSR1)  # this rank alone is told
+    if run.should_checkpoint(step):
+        run.save(step, state)
+    if run.preempted:
+        print(json.dumps({"rank": rank, "step": step, "seen": run.notified}), flush=True)
+        break
+if kind == "torch":
+    dist.destroy_process_group()
+"""
+
+# rank -> the step at which that rank alone receives SIGUSR1; rank 0 (the writer) hears nothing first
+SIGNAL_STEPS = {0: 150, 1: 23, 2: 41, 3: 60}
+
+
+def _run_ranks(tmp_path: Path, kind: str) -> list[dict]:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    world = len(SIGNAL_STEPS)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), kind, str(r), str(world), str(tmp_path), str(s)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r, s in SIGNAL_STEPS.items()
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def _check(tmp_path: Path, results: list[dict]) -> None:
+    first = min(SIGNAL_STEPS.values())
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
+    assert {r["step"] for r in results} == {first}, results
+    store = CheckpointStore(tmp_path / "ckpt")
+    assert store.steps() == [first]  # written once, by rank 0, at the agreed step
+    assert store.load_latest() == (first, {"step": first, "total": first * (first + 1) // 2})
+
+
+def test_ranks_agree_through_files(tmp_path):
+    _check(tmp_path, _run_ranks(tmp_path, "file"))
+
+
+def test_ranks_agree_through_torch_distributed(tmp_path):
+    pytest.importorskip(
+        "torch.distributed", reason="torch is not installed (pip install slurm-preempt[torch])"
+    )
+    _check(tmp_path, _run_ranks(tmp_path, "torch"))
+
+
+def test_single_process_agreement_is_the_identity():
+    assert SingleProcess().agree([0, 1]) == [0, 1]
+
+
+def test_file_agreement_takes_the_maximum_per_position(tmp_path):
+    import threading
+
+    world = 3
+    answers = {}
+
+    def rank(r):
+        meet = FileAgreement(tmp_path, r, world)
+        answers[r] = [meet.agree([r == 1, r]), meet.agree([0, 0]), meet.agree([0, r == 2])]
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(a == [[1, 2], [0, 0], [0, 1]] for a in answers.values())
