@@ -32,11 +32,14 @@ class Context:
     state_dir: Path | None
     log: Log = lambda _m: None
     emit: Emit = lambda _e: None
+    save: Callable[[], None] = lambda: None  # persists the sent-state when dirty
     dirty: bool = False  # sent-state changed since the last save
     counts: dict[str, int] = field(default_factory=dict)
 
     def did(self, kind: str, job_id: str, **fields) -> None:
-        """Count, emit a JSON event, write the ledger (a broken state folder is logged, not raised)."""
+        """Save what was done, then count, emit a JSON event and write the ledger (a broken state
+        folder is logged, not raised). Saving first: a watcher killed here must not redo the action."""
+        self.save()
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self.emit({"event": kind, "job_id": job_id, "time": to_text(utcnow()), **fields})
         if self.state_dir is None:

@@ -44,6 +44,7 @@ class Drain:
     drain_time: datetime
     source: str
     grace: float
+    down: bool = False  # Slurm says DOWN: its reason and time may have overwritten the drain's
 
 
 # ---------------------------------------------------------------------------------------- Slurm
@@ -86,7 +87,9 @@ def slurm_drains(nodes: Iterable[Node], rules: DrainRules, grace: float) -> list
     """The nodes of one ``sinfo`` answer that are going away. A node drained without a reason time
     (Slurm always records one; be safe) gets the present moment."""
     return [
-        Drain(n.name, n.reason, n.reason_time or utcnow(), "slurm", grace) for n in nodes if rules.counts(n)
+        Drain(n.name, n.reason, n.reason_time or utcnow(), "slurm", grace, down=n.down)
+        for n in nodes
+        if rules.counts(n)
     ]
 
 

@@ -95,7 +95,7 @@ class Watcher:
         self.sources = list(sources)
         self.job_id = job_id
         self.log = log
-        self.ctx = Context(slurm, sent, state_dir, log, emit)
+        self.ctx = Context(slurm, sent, state_dir, log, emit, save=self._save)
         self._source_failures: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------ one round
@@ -104,6 +104,8 @@ class Watcher:
         """One round. Raises SlurmError when the controller cannot be read (the loop backs off)."""
         before_calls = self._query_count()
         self.ctx.counts = {}
+        if self.sent.path is not None and not self.sent.path.exists():
+            self.ctx.dirty = True  # write it once at start: shows the watcher runs and can save
         result = self._poll_job() if self.job_id else self._poll_cluster(now or utcnow())
         self._save()
         result.queries = self._query_count() - before_calls
@@ -154,8 +156,8 @@ class Watcher:
                 continue
             if drain.node not in earliest or drain.drain_time < earliest[drain.node].drain_time:
                 earliest[drain.node] = drain
-        for node in [n for n in self.sent.events if n not in earliest]:
-            self.log(f"node {node}: no longer draining; its event is over")
+        for node in [n for n in self.sent.events if n not in earliest or self._redrained(earliest[n])]:
+            self.log(f"node {node}: no longer draining or drained anew; its event is over")
             self.sent.forget_node(node)
             self.ctx.dirty = True
         new = sorted(n for n in earliest if n not in self.sent.events)
@@ -167,6 +169,12 @@ class Watcher:
             self.ctx.emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
                            "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip
         return new
+
+    def _redrained(self, drain: Drain) -> bool:
+        """A drain time other than the one remembered, on a node not DOWN: the node was resumed and
+        drained again while we were not looking (a DOWN overwrites the time of the same event)."""
+        known = self.sent.events[drain.node]
+        return drain.source == known.source and drain.drain_time != known.drain_time and not drain.down
 
     def _enforcing(self, event: NodeEvent, now: datetime) -> bool:
         return self.settings.enforce and enforce_due(event, self.settings.enforce_margin, now)

@@ -1,0 +1,125 @@
+"""A local HTTP server on 127.0.0.1 (random free port) for the watcher's HTTP sources.
+
+It speaks the Together cluster API shape (``GET /v1/compute/clusters/<id>`` with a bearer token,
+answering a document with ``node_lifecycle_events``) and the two cloud metadata services (AWS IMDSv2
+spot ``instance-action``, GCP ``instance/preempted``). ``server.mode`` picks the answer: ``good``,
+``malformed`` (not JSON), ``shape`` (JSON without the array), ``slow`` (sleeps past the client's
+timeout), ``error`` (HTTP 500). Every request is remembered with its headers in ``server.requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, token: str = "test-token"):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.token = token
+        self.mode = "good"
+        self.slow_seconds = 3.0
+        self.events: list[dict] = []
+        self.aws_action: dict | None = None
+        self.gcp_preempted = False
+        self.requests: list[dict] = []
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def handle_error(self, request, client_address):  # a client that timed out is expected here
+        pass
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ApiServer
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def _answer(self, code: int, body: str, content_type: str = "application/json") -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _misbehave(self) -> bool:
+        mode = self.server.mode
+        if mode == "slow":
+            time.sleep(self.server.slow_seconds)
+        if mode == "error":
+            self._answer(500, '{"error": "internal"}')
+            return True
+        if mode == "malformed":
+            self._answer(200, "<html>gateway hiccup", "text/html")
+            return True
+        return False
+
+    def do_PUT(self):
+        self.server.requests.append({"method": "PUT", "path": self.path, "headers": dict(self.headers)})
+        if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+            self._answer(200, "aws-session-token", "text/plain")
+        else:
+            self._answer(400, "bad token request", "text/plain")
+
+    def do_GET(self):
+        self.server.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+        if self.path.startswith("/v1/compute/clusters/"):
+            self._cluster()
+        elif self.path == "/latest/meta-data/spot/instance-action":
+            self._aws()
+        elif self.path == "/computeMetadata/v1/instance/preempted":
+            self._gcp()
+        else:
+            self._answer(404, '{"error": "not found"}')
+
+    def _cluster(self):
+        if self.headers.get("Authorization") != f"Bearer {self.server.token}":
+            self._answer(401, '{"error": "unauthorized"}')
+            return
+        if self._misbehave():
+            return
+        cluster_id = self.path.rsplit("/", 1)[-1]
+        if self.server.mode == "shape":
+            self._answer(200, json.dumps({"cluster_id": cluster_id, "status": "Ready"}))
+            return
+        document = {
+            "cluster_id": cluster_id,
+            "status": "Ready",
+            "desired_preemptible_gpus": 32,
+            "allocated_preemptible_gpus": 24,
+            "node_lifecycle_events": self.server.events,
+        }
+        self._answer(200, json.dumps(document))
+
+    def _aws(self):
+        if self.headers.get("X-aws-ec2-metadata-token") != "aws-session-token":
+            self._answer(401, "no token", "text/plain")
+        elif self._misbehave():
+            return
+        elif self.server.aws_action is None:
+            self._answer(404, "Not Found", "text/plain")
+        else:
+            self._answer(200, json.dumps(self.server.aws_action))
+
+    def _gcp(self):
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self._answer(403, "missing Metadata-Flavor", "text/plain")
+        elif not self._misbehave():
+            self._answer(200, "TRUE" if self.server.gcp_preempted else "FALSE", "text/plain")

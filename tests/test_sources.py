@@ -1,0 +1,135 @@
+"""Sources of drains: Slurm node rules (pure), the Together API and cloud metadata against a local server."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from apiserver import ApiServer
+from slurm_preempt import slurmdata, sources
+from slurm_preempt.errors import ConfigError
+from slurm_preempt.notice import to_text
+from slurm_preempt.sources import DrainRules, NodeMap, SourceError, TogetherSource
+
+NOW = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
+
+
+def _node(name, state="MIXED", flags=("DRAIN",), features=("preemptible",), reason="x"):
+    return slurmdata.Node(name, state, frozenset(flags), tuple(features), reason, NOW, "root")
+
+
+def test_rules_feature_include_exclude():
+    rules = DrainRules.from_strings("preemptible", [r"^TogetherPreemptionNotified"], [r"^maint"])
+    assert rules.counts(_node("pre1", reason="anything"))
+    assert not rules.counts(_node("pre1", flags=()))  # not drained
+    assert rules.counts(_node("std1", features=("standard",), reason="TogetherPreemptionNotified: x"))
+    assert not rules.counts(_node("std1", features=("standard",), reason="disk"))
+    assert not rules.counts(_node("pre1", reason="maintenance window"))
+    assert rules.counts(_node("pre1", state="DOWN", flags=(), reason="Not responding"))
+    assert rules.counts(_node("pre1", reason="TogetherPreemptionNotified: slurm-preempt drill"))
+
+
+def test_rules_bad_regex_is_config_error():
+    with pytest.raises(ConfigError, match="exclude_reasons"):
+        DrainRules.from_strings("preemptible", [], ["("])
+
+
+def test_slurm_drains_keep_the_recorded_time(data_dir):
+    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.txt").read_text())
+    drained = [n for n in nodes if (n.drain or n.down) and n.has_feature("preemptible")]
+    assert {n.name for n in drained} == {"pre1", "pre4"}  # a DOWN node is going away too
+    found = sources.slurm_drains(nodes, DrainRules(), grace=300)
+    assert {d.node for d in found} == {n.name for n in drained}
+    assert all(d.drain_time == n.reason_time for d, n in zip(found, drained, strict=True))
+
+
+def _event(name_key="node_name", time_key="timestamp", node="gpu-preemptible-dp-3", when=NOW, **extra):
+    return {"reason": "TogetherPreemptionNotified", name_key: node, time_key: to_text(when), **extra}
+
+
+def test_parse_together_tolerates_field_names_and_garbage():
+    nmap = NodeMap.from_config(r"gpu-preemptible-dp-(\d+)", r"pre\1")
+    doc = {
+        "node_lifecycle_events": [
+            _event(),
+            _event("node", "created_at", node="gpu-preemptible-dp-4", when=NOW + timedelta(seconds=5)),
+            _event("hostname", "event_time", node="other-7"),
+            {"reason": "TogetherNodeAdded", "node_name": "gpu-preemptible-dp-9", "timestamp": to_text(NOW)},
+            {"reason": "TogetherPreemptionNotified"},  # no node, no time: skipped
+            _event(time_key="timestamp", when=NOW - timedelta(hours=5), node="gpu-preemptible-dp-5"),  # over
+            "not an event",
+            {"reason": "TogetherPreemptionNotified", "node_name": "x", "timestamp": "garbage"},
+        ]
+    }
+    drains = sources.parse_together(doc, nmap, grace=300, now=NOW + timedelta(seconds=10))
+    assert {d.node: d.drain_time for d in drains} == {
+        "pre3": NOW,
+        "pre4": NOW + timedelta(seconds=5),
+        "other-7": NOW,
+    }
+    assert all(d.source == "together" and d.grace == 300 for d in drains)
+    epoch = sources.parse_together(
+        {
+            "node_lifecycle_events": [
+                {"reason": "TogetherPreemptionNotified", "name": "a", "time": NOW.timestamp()}
+            ]
+        },
+        NodeMap(),
+        300,
+        now=NOW,
+    )
+    assert epoch[0].drain_time == NOW and epoch[0].node == "a"
+    with pytest.raises(SourceError):
+        sources.parse_together({"status": "Ready"}, NodeMap(), 300)
+
+
+def test_token_from_env_or_private_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SP_TEST_TOKEN", "from-env")
+    assert sources.read_token("SP_TEST_TOKEN") == "from-env"
+    monkeypatch.delenv("SP_TEST_TOKEN")
+    with pytest.raises(ConfigError, match="SP_TEST_TOKEN"):
+        sources.read_token("SP_TEST_TOKEN")
+    path = tmp_path / "token"
+    path.write_text("secret-in-file\n")
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        sources.read_token("SP_TEST_TOKEN", str(path))
+    os.chmod(path, 0o600)
+    assert sources.read_token("SP_TEST_TOKEN", str(path)) == "secret-in-file"
+
+
+def test_together_source_answers(tmp_path):
+    with ApiServer(token="tok-123") as server:
+        server.slow_seconds = 2.0
+        source = TogetherSource("c-1", "tok-123", 300, server.base_url, timeout=0.5)
+        server.events = [_event(when=datetime.now(timezone.utc))]
+        assert [d.node for d in source.fetch()] == ["gpu-preemptible-dp-3"]
+        assert server.requests[-1]["headers"]["Authorization"] == "Bearer tok-123"
+        for mode in ("malformed", "shape", "error", "slow"):
+            server.mode = mode
+            with pytest.raises(SourceError) as info:
+                source.fetch()
+            assert "tok-123" not in str(info.value)
+        server.mode = "good"
+        wrong = TogetherSource("c-1", "wrong", 300, server.base_url, timeout=0.5)
+        with pytest.raises(SourceError, match="401"):
+            wrong.fetch()
+        assert "tok-123" not in repr(source)
+
+
+def test_cloud_metadata_sources():
+    with ApiServer() as server:
+        aws = sources.AwsSpotSource("pre1", base_url=server.base_url, timeout=1)
+        gcp = sources.GcpPreemptedSource("pre1", base_url=server.base_url, timeout=1)
+        assert aws.fetch() == [] and gcp.fetch() == []
+        server.aws_action = {"action": "terminate", "time": "2026-12-01T06:02:00Z"}
+        server.gcp_preempted = True
+        (drain,) = aws.fetch()
+        assert drain.drain_time + timedelta(seconds=drain.grace) == NOW + timedelta(minutes=2)
+        first = gcp.fetch()[0]
+        assert gcp.fetch()[0].drain_time == first.drain_time  # first sighting stays the drain time
+        server.mode = "error"
+        with pytest.raises(SourceError):
+            aws.fetch()
