@@ -12,6 +12,12 @@ no two hosts ever append to one file (the state directory is usually NFS). Kinds
 
 Every event carries ``kind``, ``job_id``, ``time`` (UTC ISO), ``host`` and ``source`` (``hook``,
 ``watcher``, ``job``, ``drill``). The prolog/epilog hooks write the same shape from shell.
+
+Trust: the prolog creates ``jobs/<job_id>/`` as root and gives it to the job's owner with mode 0700, so
+the job can add its own events and no other user can read or add any. ``jobs/`` itself stays root's.
+A reader learns who wrote each file from its owner (``_uid``), never from its content: ``_trusted``
+is true only for a root-owned regular file whose ``job_id`` matches its folder. History believes
+attempts, notices and signals only when trusted; a job's own events (checkpoints) also from its owner.
 Import-light: standard library only.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,6 +34,18 @@ from pathlib import Path
 
 from .notice import to_text, utcnow
 
+# Kinds only root (hooks, watcher) may write; from any other owner they are ignored as forged.
+ROOT_KINDS = frozenset(
+    {
+        "attempt_start",
+        "attempt_end",
+        "notice_sent",
+        "signal_sent",
+        "fast_restart",
+        "fallback",
+        "enforced_requeue",
+    }
+)
 KINDS = (
     "attempt_start",
     "attempt_end",
@@ -39,6 +58,9 @@ KINDS = (
     "fallback",
     "enforced_requeue",
 )
+
+
+MAX_EVENT_BYTES = 64 * 1024
 
 
 def job_dir(state_dir: Path | str, job_id: str) -> Path:
@@ -82,32 +104,59 @@ def events(state_dir: Path | str, job_id: str) -> list[dict]:
     return sorted(_read_all(folder), key=lambda e: (e["_order"], e.get("_file", "")))
 
 
+def trusted_events(state_dir: Path | str, job_id: str) -> list[dict]:
+    """The events a report may believe: root's of every kind, the job owner's only of job kinds."""
+    out = []
+    for event in events(state_dir, job_id):
+        if event["_trusted"] or (event["kind"] not in ROOT_KINDS and event["_uid"] == event["_folder_uid"]):
+            out.append(event)
+    return out
+
+
 def _read_all(folder: Path) -> Iterator[dict]:
     try:
         names = os.listdir(folder)
+        folder_uid = os.stat(folder).st_uid
     except OSError:
         return
     for name in names:
         if name.startswith(".") or not name.endswith(".json"):
             continue
-        try:
-            # O_NOFOLLOW: an event file that is a symlink is not an event.
-            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd) as handle:
-                event = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if not isinstance(event, dict) or "kind" not in event:
+        event = _read_one(folder / name)
+        if event is None:
             continue
         head = name.split("-", 1)[0]
         event["_order"] = int(head) if head.isdigit() else 0
         event["_file"] = name
+        event["_folder_uid"] = folder_uid
+        event["_trusted"] = event["_uid"] == 0 and str(event.get("job_id")) == folder.name
         yield event
+
+
+def _read_one(path: Path) -> dict | None:
+    try:
+        # O_NOFOLLOW: an event file that is a symlink is not an event; O_NONBLOCK: nor is a FIFO.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_EVENT_BYTES:
+            return None
+        try:
+            event = json.load(handle)
+        except (OSError, ValueError):
+            return None
+    if not isinstance(event, dict) or event.get("kind") not in KINDS:
+        return None
+    event["_uid"] = info.st_uid
+    return event
 
 
 def job_ids(state_dir: Path | str) -> list[str]:
     """Every job with a ledger folder."""
     try:
-        return sorted(os.listdir(Path(state_dir) / "jobs"), key=lambda j: (len(j), j))
+        names = os.listdir(Path(state_dir) / "jobs")
     except OSError:
         return []
+    return sorted((n for n in names if n.replace("_", "").isdigit()), key=lambda j: (len(j), j))

@@ -1,0 +1,319 @@
+"""One job's attempts, told from the restart ledger and, when accounting exists, ``sacct -D``.
+
+An attempt is one run of the job between a start and an end; its number is Slurm's restart count.
+The prolog writes ``attempt_start`` on every node, the controller's EpilogSlurmctld the authoritative
+``attempt_end``, the node epilog a node-side ``attempt_end``. Why an attempt ended:
+
+- with accounting, ``sacct -D`` says it: COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED,
+  REQUEUED;
+- from the ledger alone (Slurm 22.05 gives the epilog no job state): a later attempt means the job
+  was requeued; if no node epilog ran for it, its node vanished (node failure: preemption); otherwise
+  the exit code tells failed from ended. Cancelled and time limit look like any signal death there.
+
+Work lost = attempt end minus the last durable checkpoint saved in it (the whole attempt when none);
+nothing for a completed attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import ledger
+from .notice import from_text, to_text
+from .slurmdata import AcctRecord, expand_nodes
+
+# sacct state -> (cause label, counts as a preemption)
+ACCT_CAUSES = {
+    "COMPLETED": ("completed", False),
+    "FAILED": ("failed", False),
+    "CANCELLED": ("cancelled", False),
+    "TIMEOUT": ("time limit", False),
+    "NODE_FAIL": ("node failure (preempted)", True),
+    "PREEMPTED": ("preempted", True),
+    "REQUEUED": ("requeued", False),
+    "BOOT_FAIL": ("boot failure", False),
+    "OUT_OF_MEMORY": ("out of memory", False),
+    "DEADLINE": ("deadline", False),
+}
+PREEMPTED_CAUSES = {"node failure (preempted)", "preempted", "requeued after notice"}
+
+
+@dataclass
+class Attempt:
+    number: int  # Slurm's restart count
+    nodes: list[str] = field(default_factory=list)
+    start: datetime | None = None
+    end: datetime | None = None
+    cause: str = "running"
+    exit_code: str = ""
+    cpus: int = 0
+    gpus: int = 0
+    notice_time: datetime | None = None
+    deadline: datetime | None = None
+    checkpoints: list[datetime] = field(default_factory=list)
+    wait_before: float | None = None  # seconds since the previous attempt ended
+    node_epilogs: set[str] = field(default_factory=set)
+    source: str = "ledger"  # or "ledger+sacct" / "sacct"
+
+    @property
+    def preempted(self) -> bool:
+        return self.cause in PREEMPTED_CAUSES
+
+    @property
+    def run_seconds(self) -> float:
+        if self.start is None or self.end is None:
+            return 0.0
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    @property
+    def last_checkpoint(self) -> datetime | None:
+        before = [c for c in self.checkpoints if self.end is None or c <= self.end]
+        return max(before) if before else None
+
+    @property
+    def lost_seconds(self) -> float:
+        if self.end is None or self.start is None or self.cause == "completed":
+            return 0.0
+        since = self.last_checkpoint or self.start
+        return max(0.0, (self.end - since).total_seconds())
+
+    def to_json(self) -> dict:
+        def t(moment):
+            return to_text(moment) if moment else None
+
+        return {
+            "attempt": self.number,
+            "nodes": self.nodes,
+            "start": t(self.start),
+            "end": t(self.end),
+            "cause": self.cause,
+            "exit_code": self.exit_code,
+            "cpus": self.cpus,
+            "gpus": self.gpus,
+            "run_seconds": round(self.run_seconds, 1),
+            "notice_time": t(self.notice_time),
+            "deadline": t(self.deadline),
+            "checkpoints": [t(c) for c in self.checkpoints],
+            "last_checkpoint": t(self.last_checkpoint),
+            "lost_seconds": round(self.lost_seconds, 1),
+            "wait_before_seconds": None if self.wait_before is None else round(self.wait_before, 1),
+            "source": self.source,
+        }
+
+
+@dataclass
+class JobHistory:
+    job_id: str
+    user: str = ""
+    partition: str = ""
+    constraints: str = ""
+    submit: datetime | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    accounting: bool = False
+    ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
+    checkpoint_seconds: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "user": self.user,
+            "partition": self.partition,
+            "constraints": self.constraints,
+            "submit": to_text(self.submit) if self.submit else None,
+            "accounting": self.accounting,
+            "ignored_events": self.ignored_events,
+            "attempts": [a.to_json() for a in self.attempts],
+        }
+
+
+def build(
+    job_id: str, events: list[dict], acct: list[AcctRecord] | None = None, ignored: int = 0
+) -> JobHistory:
+    """Pure: attempts from trusted ledger events and (optionally) sacct -D rows of this job."""
+    history = JobHistory(job_id=str(job_id), accounting=acct is not None, ignored_events=ignored)
+    by_number: dict[int, Attempt] = {}
+    for event in events:
+        if event["kind"] in ("attempt_start", "attempt_end"):
+            _apply_hook_event(history, by_number, event)
+    attempts = sorted(by_number.values(), key=lambda a: a.number)
+    if acct:
+        attempts = _merge_acct(history, attempts, acct)
+    for event in events:
+        _apply_job_event(history, attempts, event)
+    _finish(attempts)
+    history.attempts = attempts
+    return history
+
+
+def _time(event: dict, key: str = "time") -> datetime | None:
+    try:
+        return from_text(str(event[key]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _int(value, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return default
+
+
+def _cpus(per_node: str) -> int:
+    """``SLURM_JOB_CPUS_PER_NODE`` (``4(x2),2``) -> total CPUs."""
+    total = 0
+    for part in str(per_node or "").split(","):
+        count, _, times = part.partition("(x")
+        total += _int(count) * (_int(times.rstrip(")"), 1) if times else 1)
+    return total
+
+
+def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event: dict) -> None:
+    number = _int(event.get("restart_count", 0))
+    attempt = by_number.setdefault(number, Attempt(number))
+    moment = _time(event)
+    history.user = history.user or str(event.get("user", ""))
+    history.partition = history.partition or str(event.get("partition", ""))
+    if event["kind"] == "attempt_start":
+        history.constraints = history.constraints or str(event.get("constraints", ""))
+        if moment and (attempt.start is None or moment < attempt.start):
+            attempt.start = moment
+        node = str(event.get("node", ""))
+        if node and node not in attempt.nodes:
+            attempt.nodes.append(node)
+            attempt.gpus += len([g for g in str(event.get("gpus", "")).split(",") if g.strip()])
+        attempt.cpus = attempt.cpus or _cpus(event.get("cpus_per_node", ""))
+        if not attempt.nodes and event.get("nodes"):
+            attempt.nodes = expand_nodes(str(event["nodes"]))
+        return
+    if event.get("hook") == "epilog":
+        attempt.node_epilogs.add(str(event.get("node", "")))
+        if attempt.end is None and moment:
+            attempt.end = moment
+    else:  # the controller's end is the authority
+        attempt.end = moment or attempt.end
+    attempt.exit_code = str(event.get("exit_code", attempt.exit_code))
+    if not attempt.nodes and event.get("nodes"):
+        attempt.nodes = expand_nodes(str(event["nodes"]))
+
+
+def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[AcctRecord]:
+    """sacct -D rows are the attempts in order; pair them with ledger attempts by start time."""
+    rows = sorted((r for r in rows if r.start is not None), key=lambda r: r.start)
+    merged = []
+    unmatched = list(attempts)
+    for index, row in enumerate(rows):
+        match = min(
+            (a for a in unmatched if a.start is not None),
+            key=lambda a: abs((a.start - row.start).total_seconds()),
+            default=None,
+        )
+        if match is not None and abs((match.start - row.start).total_seconds()) > 120:
+            match = None
+        attempt = match or Attempt(number=index, source="sacct")
+        if match is not None:
+            unmatched.remove(match)
+            attempt.source = "ledger+sacct"
+        attempt.start = attempt.start or row.start
+        attempt.end = row.end or attempt.end
+        attempt.nodes = attempt.nodes or list(row.nodes)
+        attempt.exit_code = row.exit_code or attempt.exit_code
+        attempt.cpus = row.cpus or attempt.cpus
+        attempt.gpus = row.gpus or attempt.gpus
+        attempt.cause = ACCT_CAUSES.get(row.state, (row.state.lower(), False))[0]
+        if row.state == "RUNNING":
+            attempt.cause, attempt.end = "running", None
+        history.submit = history.submit or row.submit
+        history.user = history.user or row.user
+        history.partition = history.partition or row.partition
+        history.constraints = history.constraints or row.constraints
+        merged.append(attempt)
+    merged += unmatched
+    return sorted(merged, key=lambda a: (a.start is None, a.start or datetime.max, a.number))
+
+
+def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
+    kind, moment = event["kind"], _time(event)
+    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued"):
+        return
+    attempt = _attempt_at(attempts, moment)
+    if attempt is None:
+        return
+    if kind == "notice_sent":
+        drain = str(event.get("event_id", "")).partition("@")[2]
+        attempt.notice_time = attempt.notice_time or (_safe_time(drain) or moment)
+        attempt.deadline = attempt.deadline or _time(event, "deadline")
+    elif kind == "checkpoint_saved":
+        attempt.checkpoints.append(moment)
+        if isinstance(event.get("seconds"), (int, float)):
+            history.checkpoint_seconds.append(float(event["seconds"]))
+    elif kind == "requeued":
+        attempt.cause = "requeued after notice" if attempt.notice_time else "requeued by the job"
+
+
+def _safe_time(text: str) -> datetime | None:
+    try:
+        return from_text(text) if text else None
+    except ValueError:
+        return None
+
+
+def _attempt_at(attempts: list[Attempt], moment: datetime) -> Attempt | None:
+    """The attempt running at ``moment`` (the last one started at or before it)."""
+    started = [a for a in attempts if a.start is not None and a.start <= moment]
+    return started[-1] if started else None
+
+
+def _finish(attempts: list[Attempt]) -> None:
+    for index, attempt in enumerate(attempts):
+        attempt.checkpoints.sort()
+        later = attempts[index + 1] if index + 1 < len(attempts) else None
+        if attempt.source == "ledger" and attempt.cause == "running":
+            attempt.cause = _ledger_cause(attempt, later)
+        if attempt.cause == "requeued" and attempt.notice_time:
+            attempt.cause = "requeued after notice"
+        if later is not None and attempt.end and later.start:
+            later.wait_before = max(0.0, (later.start - attempt.end).total_seconds())
+
+
+def _ledger_cause(attempt: Attempt, later: Attempt | None) -> str:
+    if attempt.end is None:
+        return "running" if later is None else "ended (no end recorded)"
+    if later is not None:
+        if not attempt.node_epilogs:
+            return "node failure (preempted)"
+        return "requeued after notice" if attempt.notice_time else "requeued"
+    code, _, sig = attempt.exit_code.partition(":")
+    if _int(sig):
+        return f"killed by signal {_int(sig)} (cancelled or time limit)"
+    if _int(code):
+        return f"failed (exit {_int(code)})"
+    return "completed"
+
+
+def load(job_id: str, state_dir: Path | str, slurm=None) -> JobHistory:
+    """Read the ledger (trusted events only) and, when ``slurm`` is given and accounting answers, sacct."""
+    rows = accounting_rows(slurm, [job_id]) if slurm is not None else None
+    return from_ledger(job_id, state_dir, None if rows is None else rows.get(str(job_id), []))
+
+
+def from_ledger(job_id: str, state_dir: Path | str, acct: list[AcctRecord] | None = None) -> JobHistory:
+    every = ledger.events(state_dir, job_id)
+    trusted = ledger.trusted_events(state_dir, job_id)
+    return build(job_id, trusted, acct, ignored=len(every) - len(trusted))
+
+
+def accounting_rows(slurm, job_ids: list[str], chunk: int = 500) -> dict[str, list[AcctRecord]] | None:
+    """sacct -D rows by job id, or None when accounting is not there (sacct fails without slurmdbd)."""
+    from .errors import SlurmError
+
+    found: dict[str, list[AcctRecord]] = {}
+    try:
+        for first in range(0, len(job_ids), chunk):
+            for row in slurm.accounting([str(j) for j in job_ids[first : first + chunk]]):
+                found.setdefault(row.job_id, []).append(row)
+    except SlurmError:
+        return None
+    return found

@@ -1,0 +1,349 @@
+"""Install and check the prolog/epilog hooks that write the restart ledger.
+
+Installed layout under ``prefix`` (default ``/etc/slurm``)::
+
+    prolog.d/50-slurm-preempt          Prolog=<prefix>/prolog.d/*   (node, root, attempt_start)
+    epilog.d/50-slurm-preempt          Epilog=<prefix>/epilog.d/*   (node, root, node-side attempt_end)
+    slurm-preempt/epilog-slurmctld     EpilogSlurmctld=...          (controller, attempt_end)
+    slurm-preempt/taskprolog           TaskProlog=...               (user, exports notice/state paths)
+    slurm-preempt/lib.sh               shared shell functions (sourced, root-owned)
+    slurm-preempt/hooks.conf           state_dir=..., log=...       (parsed, never executed)
+
+The hooks are POSIX sh, not Python: they run at every job start and end and must cost milliseconds.
+EpilogSlurmctld writes the authoritative end of an attempt because the node epilog never runs on a
+node that vanished; PrologSlurmctld is not used since the node prolog already sees the node name and
+restart count at allocation, and adding a controller-side script would only add a fork per job there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import DEFAULT_STATE_DIR
+from .errors import UsageError
+from .resources import data_dir
+
+DEFAULT_PREFIX = Path("/etc/slurm")
+HOOK_NAME = "50-slurm-preempt"
+OWN_DIR = "slurm-preempt"
+# (shipped folder, file name) -> path under the prefix, mode
+FILES = {
+    ("prolog.d", HOOK_NAME): (f"prolog.d/{HOOK_NAME}", 0o755),
+    ("epilog.d", HOOK_NAME): (f"epilog.d/{HOOK_NAME}", 0o755),
+    ("hooks", "lib.sh"): (f"{OWN_DIR}/lib.sh", 0o644),
+    ("hooks", "epilog-slurmctld"): (f"{OWN_DIR}/epilog-slurmctld", 0o755),
+    ("hooks", "taskprolog"): (f"{OWN_DIR}/taskprolog", 0o755),
+}
+CONF_KEYS = ("Prolog", "Epilog", "PrologFlags", "TaskProlog", "EpilogSlurmctld")
+
+
+def conf_lines(prefix: Path) -> list[str]:
+    """The slurm.conf lines an installation under ``prefix`` needs."""
+    return [
+        f"Prolog={prefix}/prolog.d/*",
+        f"Epilog={prefix}/epilog.d/*",
+        "PrologFlags=Alloc",
+        f"TaskProlog={prefix}/{OWN_DIR}/taskprolog",
+        f"EpilogSlurmctld={prefix}/{OWN_DIR}/epilog-slurmctld",
+    ]
+
+
+def hooks_conf_text(state_dir: Path, log: str = "") -> str:
+    if "\n" in str(state_dir) or " " in str(state_dir) or not Path(state_dir).is_absolute():
+        raise UsageError(f"--state-dir must be an absolute path without spaces: {state_dir}")
+    return (
+        "# slurm-preempt hooks configuration (root-owned; parsed, never executed).\n"
+        f"state_dir={state_dir}\nlog={log}\n"
+    )
+
+
+@dataclass
+class InstallResult:
+    prefix: Path
+    state_dir: Path
+    actions: list[str] = field(default_factory=list)
+    conf_lines: list[str] = field(default_factory=list)
+    conf_edited: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "prefix": str(self.prefix),
+            "state_dir": str(self.state_dir),
+            "actions": self.actions,
+            "conf_lines": self.conf_lines,
+            "conf_edited": self.conf_edited,
+        }
+
+
+def install(
+    prefix: Path = DEFAULT_PREFIX,
+    state_dir: Path = DEFAULT_STATE_DIR,
+    dry_run: bool = False,
+    edit_conf: Path | None = None,
+    log: str = "",
+) -> InstallResult:
+    """Copy the hooks under ``prefix``, write hooks.conf, create the state folder (root, 0755)."""
+    prefix, state_dir = Path(prefix).absolute(), Path(state_dir).absolute()
+    conf_text = hooks_conf_text(state_dir, log)
+    result = InstallResult(prefix, state_dir, conf_lines=conf_lines(prefix))
+    for (folder, name), (target, mode) in FILES.items():
+        source = data_dir(folder) / name
+        if not source.is_file():
+            raise UsageError(f"shipped hook {source} is missing: the installation of slurm-preempt is broken")
+        result.actions.append(f"install {source} -> {prefix / target} (mode {mode:o})")
+        if not dry_run:
+            _copy(source, prefix / target, mode)
+    result.actions.append(f"write {prefix / OWN_DIR / 'hooks.conf'} (state_dir={state_dir})")
+    for sub in ("", "jobs", "notices"):
+        result.actions.append(f"create folder {state_dir / sub} (root, mode 755)")
+    if dry_run:
+        return result
+    _write(prefix / OWN_DIR / "hooks.conf", conf_text, 0o644)
+    for sub in ("", "jobs", "notices"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(state_dir / sub, 0o755)
+    if edit_conf is not None:
+        result.conf_edited = str(edit_slurm_conf(Path(edit_conf), result.conf_lines))
+    return result
+
+
+def _copy(source: Path, target: Path, mode: int) -> None:
+    _write(target, source.read_text(), mode)
+
+
+def _write(target: Path, text: str, mode: int) -> None:
+    """Atomic write; the new file replaces (never writes through) whatever was at ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".sp-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def edit_slurm_conf(path: Path, lines: list[str]) -> Path:
+    """Comment out the keys we set and append our lines; keep a backup next to it. Returns the backup."""
+    try:
+        old = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    backup = path.with_name(path.name + ".before-slurm-preempt")
+    shutil.copy2(path, backup)
+    keys = {k.lower() for k in CONF_KEYS}
+    kept = [
+        f"#{line}  # replaced by slurm-preempt" if _conf_key(line) in keys else line
+        for line in old.splitlines()
+    ]
+    _write(
+        path, "\n".join([*kept, "# slurm-preempt hooks", *lines]) + "\n", stat.S_IMODE(path.stat().st_mode)
+    )
+    return backup
+
+
+def _conf_key(line: str) -> str:
+    text = line.strip()
+    if text.startswith("#") or "=" not in text:
+        return ""
+    return text.split("=", 1)[0].strip().lower()
+
+
+# ---------------------------------------------------------------------------------------- check
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    message: str
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "message": self.message}
+
+
+def check(prefix: Path = DEFAULT_PREFIX, conf: Path | None = None, dry_run: bool = True) -> list[Finding]:
+    """Verify an installation; every finding says in plain words what is right or wrong."""
+    prefix = Path(prefix).absolute()
+    found: list[Finding] = []
+    for glob in ("prolog.d", "epilog.d"):
+        found += _check_glob_folder(prefix / glob)
+    for (_folder, _name), (target, mode) in FILES.items():
+        found += _check_file(prefix / target, executable=bool(mode & 0o100))
+    hooks_conf = prefix / OWN_DIR / "hooks.conf"
+    found += _check_file(hooks_conf, executable=False)
+    state_dir = read_hooks_conf(hooks_conf).get("state_dir", str(DEFAULT_STATE_DIR))
+    for folder in (Path(state_dir), Path(state_dir) / "jobs"):
+        found.append(_check_state_folder(folder))
+    found += check_conf(conf or _default_conf(), prefix)
+    if dry_run and all(f.ok for f in found if "missing" in f.message):
+        found += dry_run_hooks(prefix)
+    return found
+
+
+def _default_conf() -> Path:
+    return Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+
+
+def read_hooks_conf(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _unsafe_mode(info: os.stat_result) -> str:
+    if info.st_uid != 0:
+        return f"is owned by uid {info.st_uid}, not root"
+    if info.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return ""
+
+
+def _check_glob_folder(folder: Path) -> list[Finding]:
+    if not folder.is_dir():
+        return [Finding(False, f"{folder} is missing: Slurm fails every job whose glob matches nothing")]
+    names = sorted(os.listdir(folder))
+    if not names:
+        return [Finding(False, f"{folder} is empty: an empty glob fails every job and drains the node")]
+    out = []
+    for name in names:
+        path = folder / name
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or not info.st_mode & 0o111:
+            out.append(
+                Finding(
+                    False,
+                    f"{path} is not an executable file: Slurm runs every file in {folder.name}/, "
+                    "so it fails every job and drains the node; remove it or chmod +x it",
+                )
+            )
+    return out or [Finding(True, f"{folder}: {len(names)} executable hook(s)")]
+
+
+def _check_file(path: Path, executable: bool) -> list[Finding]:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return [Finding(False, f"{path} is missing: run `slurm-preempt hooks install`")]
+    problems = []
+    if not stat.S_ISREG(info.st_mode):
+        problems.append(f"{path} is not a regular file")
+    if executable and not info.st_mode & 0o111:
+        problems.append(f"{path} is not executable (chmod 755 it)")
+    unsafe = _unsafe_mode(info)
+    if unsafe:
+        problems.append(f"{path} {unsafe}: a user who can change it runs code as root")
+    return [Finding(False, p) for p in problems] or [Finding(True, f"{path} ok")]
+
+
+def _check_state_folder(folder: Path) -> Finding:
+    try:
+        info = folder.lstat()
+    except FileNotFoundError:
+        return Finding(
+            False, f"state folder {folder} is missing: hooks record nothing (create it, root, 755)"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        return Finding(False, f"state folder {folder} is not a folder (a symlink?): hooks record nothing")
+    unsafe = _unsafe_mode(info)
+    if unsafe:
+        return Finding(False, f"state folder {folder} {unsafe}: hooks refuse it and record nothing")
+    return Finding(True, f"state folder {folder} ok")
+
+
+def check_conf(conf: Path, prefix: Path) -> list[Finding]:
+    """Are our lines in slurm.conf (last value of each key wins, as in Slurm)?"""
+    try:
+        text = conf.read_text()
+    except OSError as exc:
+        return [Finding(False, f"cannot read slurm.conf {conf}: {exc.strerror}")]
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key = _conf_key(line)
+        if key:
+            values[key] = line.split("=", 1)[1].split("#", 1)[0].strip()
+    out = []
+    for wanted in conf_lines(prefix):
+        key, value = wanted.split("=", 1)
+        have = values.get(key.lower())
+        if key == "PrologFlags":
+            flags = {f.strip().lower() for f in (have or "").split(",")}
+            ok = "alloc" in flags
+        else:
+            ok = have == value
+        if ok:
+            out.append(Finding(True, f"{conf}: {key} ok"))
+        elif have is None:
+            out.append(Finding(False, f"{conf} has no {key} line: add `{wanted}`"))
+        else:
+            out.append(Finding(False, f"{conf} says {key}={have}: it should be `{wanted}`"))
+    return out
+
+
+FAKE_JOB = {
+    "SLURM_JOB_ID": "4294967290",
+    "SLURM_JOB_USER": "nobody",
+    "SLURM_JOB_UID": "0",
+    "SLURM_JOB_GID": "0",
+    "SLURM_JOB_RESTART_COUNT": "0",
+    "SLURM_JOB_PARTITION": "check",
+    "SLURM_JOB_CONSTRAINTS": "preemptible",
+    "SLURM_NODELIST": "check1",
+    "SLURMD_NODENAME": "check1",
+    "SLURM_JOB_EXIT_CODE2": "0:0",
+    "SLURM_JOB_DERIVED_EC": "0",
+}
+
+
+def dry_run_hooks(prefix: Path, timeout: float = 10.0) -> list[Finding]:
+    """Run copies of the installed hooks against a scratch state folder with a fake job environment."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="sp-hooks-check-") as scratch:
+        root = Path(scratch)
+        for sub in ("prolog.d", "epilog.d", OWN_DIR):
+            if (prefix / sub).is_dir():
+                shutil.copytree(prefix / sub, root / sub)
+        state = root / "state"
+        (state / "jobs").mkdir(parents=True)
+        _write(root / OWN_DIR / "hooks.conf", hooks_conf_text(state), 0o644)
+        env = dict(FAKE_JOB)  # no PATH, as slurmd gives it
+        for rel in (
+            f"prolog.d/{HOOK_NAME}",
+            f"{OWN_DIR}/taskprolog",
+            f"epilog.d/{HOOK_NAME}",
+            f"{OWN_DIR}/epilog-slurmctld",
+        ):
+            out.append(_run_one(root / rel, env, timeout))
+        written = sorted(
+            p.name.split("-")[-1] for p in (state / "jobs" / FAKE_JOB["SLURM_JOB_ID"]).glob("*.json")
+        )
+        want = ["attempt_end.json", "attempt_end.json", "attempt_start.json"]
+        if written == want:
+            out.append(Finding(True, "dry run wrote attempt_start and attempt_end events"))
+        else:
+            out.append(Finding(False, f"dry run wrote {written or 'no events'}, expected {want}"))
+    return out
+
+
+def _run_one(path: Path, env: dict[str, str], timeout: float) -> Finding:
+    if not path.exists():
+        return Finding(False, f"dry run: {path.name} is missing")
+    try:
+        done = subprocess.run(
+            [str(path)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Finding(False, f"dry run: {path.name} could not run ({exc})")
+    if done.returncode != 0:
+        return Finding(False, f"dry run: {path.name} exited {done.returncode}: Slurm would drain the node")
+    return Finding(True, f"dry run: {path.name} exited 0")

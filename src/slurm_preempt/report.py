@@ -1,0 +1,283 @@
+"""What preemption cost: per job and in total, against running the same work on-demand.
+
+The honest comparison is the total cost of a completed run, not the price per GPU-hour: on
+preemptible nodes a job pays for every attempt (work later lost and restart overhead included) at
+the cheaper price; on-demand it would have paid once for the useful work at the full price.
+
+Prices come from ``[report]`` in the config (see docs/report.md)::
+
+    [report]
+    gpu_hour_on_demand = 2.0        # price of one GPU-hour on-demand
+    preemptible_discount = 0.5      # preemptible = on-demand x (1 - discount); or give the price:
+    # gpu_hour_preemptible = 1.0
+    cpu_hour_on_demand = 0.05       # used for jobs without GPUs
+    # cpu_hour_preemptible = 0.025
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import history as hist
+from . import ledger
+from .errors import ConfigError
+
+DEFAULT_DISCOUNT = 0.5  # the documented example of seed 001: preemptible at half the on-demand price
+
+
+@dataclass(frozen=True)
+class Prices:
+    gpu_on_demand: float | None = None
+    gpu_preemptible: float | None = None
+    cpu_on_demand: float | None = None
+    cpu_preemptible: float | None = None
+
+    @classmethod
+    def from_config(cls, section: dict) -> Prices:
+        def number(key):
+            value = section.get(key)
+            if value is None:
+                return None
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"[report] {key} must be a non-negative number, not {value!r}")
+            return float(value)
+
+        discount = number("preemptible_discount")
+        discount = DEFAULT_DISCOUNT if discount is None else discount
+        if discount > 1:
+            raise ConfigError(
+                "[report] preemptible_discount is a fraction between 0 and 1 (0.5 = half price)"
+            )
+        gpu_od, cpu_od = number("gpu_hour_on_demand"), number("cpu_hour_on_demand")
+        gpu_pre = number("gpu_hour_preemptible")
+        cpu_pre = number("cpu_hour_preemptible")
+        return cls(
+            gpu_on_demand=gpu_od,
+            gpu_preemptible=gpu_pre if gpu_pre is not None else _discounted(gpu_od, discount),
+            cpu_on_demand=cpu_od,
+            cpu_preemptible=cpu_pre if cpu_pre is not None else _discounted(cpu_od, discount),
+        )
+
+    def for_unit(self, unit: str) -> tuple[float | None, float | None]:
+        if unit == "GPU-hours":
+            return self.gpu_preemptible, self.gpu_on_demand
+        return self.cpu_preemptible, self.cpu_on_demand
+
+
+def _discounted(price: float | None, discount: float) -> float | None:
+    return None if price is None else price * (1 - discount)
+
+
+@dataclass
+class JobCost:
+    job_id: str
+    user: str
+    partition: str
+    attempts: int
+    preemptions: int
+    unit: str  # GPU-hours or CPU-hours
+    run_hours: float  # resource-hours paid for, every attempt
+    lost_hours: float
+    waited_seconds: float
+    completed: bool
+    cost_preemptible: float | None = None
+    cost_on_demand: float | None = None
+    interval_advice: dict | None = None
+    verdict: str = ""
+
+    @property
+    def useful_hours(self) -> float:
+        return max(0.0, self.run_hours - self.lost_hours)
+
+    @property
+    def goodput(self) -> float:
+        return self.useful_hours / self.run_hours if self.run_hours else 1.0
+
+    def to_json(self) -> dict:
+        return {
+            "job_id": self.job_id,
+            "user": self.user,
+            "partition": self.partition,
+            "attempts": self.attempts,
+            "preemptions": self.preemptions,
+            "completed": self.completed,
+            "unit": self.unit,
+            "run_hours": round(self.run_hours, 4),
+            "lost_hours": round(self.lost_hours, 4),
+            "useful_hours": round(self.useful_hours, 4),
+            "waited_seconds": round(self.waited_seconds, 1),
+            "goodput": round(self.goodput, 3),
+            "cost_preemptible": _money(self.cost_preemptible),
+            "cost_on_demand": _money(self.cost_on_demand),
+            "interval_advice": self.interval_advice,
+            "verdict": self.verdict,
+        }
+
+
+def _money(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
+    ended = [a for a in history.attempts if a.end is not None]
+    gpu = any(a.gpus for a in history.attempts)
+    unit = "GPU-hours" if gpu else "CPU-hours"
+
+    def width(a: hist.Attempt) -> int:
+        return (a.gpus if gpu else a.cpus) or 1
+
+    run = sum(a.run_seconds * width(a) for a in ended) / 3600
+    lost = sum(a.lost_seconds * width(a) for a in ended) / 3600
+    cost = JobCost(
+        job_id=history.job_id,
+        user=history.user,
+        partition=history.partition,
+        attempts=len(history.attempts),
+        preemptions=sum(1 for a in history.attempts if a.preempted),
+        unit=unit,
+        run_hours=run,
+        lost_hours=lost,
+        waited_seconds=sum(a.wait_before or 0.0 for a in history.attempts),
+        completed=bool(history.attempts) and history.attempts[-1].cause == "completed",
+    )
+    pre, on_demand = prices.for_unit(unit)
+    if pre is not None and on_demand is not None:
+        cost.cost_preemptible = cost.run_hours * pre
+        cost.cost_on_demand = cost.useful_hours * on_demand
+    cost.interval_advice = advise_interval(
+        _mean(history.checkpoint_seconds), _mtbp(history), _mean_interval(history)
+    )
+    cost.verdict = verdict(cost)
+    return cost
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _mtbp(history: hist.JobHistory) -> float | None:
+    """Observed mean run time between preemptions (seconds), or None before the first one."""
+    preemptions = sum(1 for a in history.attempts if a.preempted)
+    run = sum(a.run_seconds for a in history.attempts)
+    return run / preemptions if preemptions else None
+
+
+def _mean_interval(history: hist.JobHistory) -> float | None:
+    gaps = []
+    for attempt in history.attempts:
+        marks = attempt.checkpoints
+        gaps += [(b - a).total_seconds() for a, b in zip(marks, marks[1:], strict=False)]
+    return _mean(gaps)
+
+
+def advise_interval(
+    checkpoint_seconds: float | None, mtbp_seconds: float | None, current_seconds: float | None = None
+) -> dict | None:
+    """Young/Daly checkpoint interval from the measured cost of a checkpoint and the observed mean
+    time between preemptions. None when either is unknown. Used by ``sbatch --checkpoint-interval auto``.
+    """
+    if not checkpoint_seconds or not mtbp_seconds or checkpoint_seconds <= 0 or mtbp_seconds <= 0:
+        return None
+    try:  # the resume engineer's module; the formulas live there once
+        from .interval import daly, young_daly
+    except ImportError:
+        young = math.sqrt(2 * checkpoint_seconds * mtbp_seconds)
+        best, formula = young, "young (interval.py not installed)"
+    else:
+        young = young_daly(checkpoint_seconds, mtbp_seconds)
+        best, formula = daly(checkpoint_seconds, mtbp_seconds), "daly"
+    advice = {
+        "checkpoint_seconds": round(checkpoint_seconds, 2),
+        "mtbp_seconds": round(mtbp_seconds, 1),
+        "young_seconds": round(young, 1),
+        "advised_seconds": round(best, 1),
+        "formula": formula,
+        "current_seconds": None if current_seconds is None else round(current_seconds, 1),
+    }
+    return advice
+
+
+def verdict(cost: JobCost) -> str:
+    """One plain sentence on whether preemptible nodes paid off for this job."""
+    if cost.attempts == 0:
+        return "no attempt recorded"
+    if not cost.completed:
+        return "not finished (yet)"
+    priced = cost.cost_preemptible is not None and cost.cost_on_demand is not None
+    if priced and cost.cost_preemptible >= cost.cost_on_demand:
+        return (
+            f"preemptible is NOT worth it for this job: lost work and restarts cost "
+            f"{cost.cost_preemptible:.2f} against {cost.cost_on_demand:.2f} on-demand"
+        )
+    if cost.goodput < 0.5:
+        return (
+            f"preemptible is NOT worth it for this job: {100 * (1 - cost.goodput):.0f}% of the run was lost"
+        )
+    if cost.preemptions == 0:
+        return "never preempted: preemptible was pure saving"
+    return f"worth it: {cost.preemptions} preemption(s), {100 * cost.goodput:.0f}% goodput"
+
+
+@dataclass
+class Report:
+    jobs: list[JobCost] = field(default_factory=list)
+    accounting: bool = False
+
+    def totals(self) -> dict:
+        def total(name):
+            values = [getattr(j, name) for j in self.jobs]
+            return None if any(v is None for v in values) else round(sum(values), 4)
+
+        run = sum(j.run_hours for j in self.jobs)
+        lost = sum(j.lost_hours for j in self.jobs)
+        return {
+            "jobs": len(self.jobs),
+            "attempts": sum(j.attempts for j in self.jobs),
+            "preemptions": sum(j.preemptions for j in self.jobs),
+            "run_hours": round(run, 4),
+            "lost_hours": round(lost, 4),
+            "waited_seconds": round(sum(j.waited_seconds for j in self.jobs), 1),
+            "goodput": round((run - lost) / run, 3) if run else 1.0,
+            "cost_preemptible": total("cost_preemptible"),
+            "cost_on_demand": total("cost_on_demand"),
+        }
+
+    def to_json(self) -> dict:
+        return {
+            "accounting": self.accounting,
+            "jobs": [j.to_json() for j in self.jobs],
+            "total": self.totals(),
+        }
+
+
+def build_report(
+    state_dir: Path | str,
+    prices: Prices,
+    slurm=None,
+    since: datetime | None = None,
+    user: str | None = None,
+    partition: str | None = None,
+) -> Report:
+    """Every job in the ledger (merged with sacct -D when ``slurm`` is given and accounting answers)."""
+    report = Report()
+    ids = ledger.job_ids(state_dir)
+    rows = hist.accounting_rows(slurm, ids) if slurm is not None and ids else None
+    report.accounting = rows is not None
+    for job_id in ids:
+        history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
+        if not history.attempts or not _wanted(history, since, user, partition):
+            continue
+        report.jobs.append(job_cost(history, prices))
+    return report
+
+
+def _wanted(history: hist.JobHistory, since, user, partition) -> bool:
+    first = history.attempts[0].start
+    if since is not None and (first is None or first < since):
+        return False
+    if user and history.user != user:
+        return False
+    return not (partition and history.partition != partition)
