@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import procs
+from . import hooks, procs
 from .errors import ClusterError, MissingDependencyError, UsageError
 from .procs import Started
 from .slurm import Slurm
@@ -55,6 +55,7 @@ class ClusterSpec:
     name: str = "sptest"
     kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
+    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.hooks)
 
     def validate(self) -> None:
         if self.standard < 0 or self.preemptible < 0:
@@ -163,6 +164,8 @@ def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
         )
         port += count
     lines.append("PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    if spec.hooks:
+        lines.extend(hooks.conf_lines(d / "etc"))
     lines.extend(spec.extra_conf)
     return "\n".join(lines) + "\n"
 
@@ -266,6 +269,8 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
     d = spec.directory
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
     spec.conf_path.write_text(render_conf(spec, first_job_id))
+    if spec.hooks:  # the same code path as `slurm-preempt hooks install`
+        hooks.install(d / "etc", spec.state_dir)
     state = ClusterState(spec=spec, started_at=time.time())
     env = {"PATH": SYSTEM_PATH, "SLURM_CONF": str(spec.conf_path), "SP_TESTCLUSTER_DIR": str(d)}
     try:

@@ -50,9 +50,10 @@ def group():
     show_default=True,
     help="Seconds to wait for every node to be idle.",
 )
+@click.option("--hooks", is_flag=True, help="Install the prolog/epilog hooks (as `hooks install` does).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @json_option
-def up(directory, standard, preemptible, cpus, port, timeout, quiet, as_json):
+def up(directory, standard, preemptible, cpus, port, timeout, hooks, quiet, as_json):
     """Start the cluster (safe to run twice) and wait until every node is idle.
 
     \b
@@ -65,6 +66,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, quiet, as_json):
         preemptible=preemptible,
         cpus=cpus,
         port=port,
+        hooks=hooks,
     )
     say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(f"testcluster: {m}"))
     state = tc.up(spec, timeout=timeout, progress=say)
