@@ -3,7 +3,8 @@
 Slurm facts (22.05): ``SLURM_JOB_ID`` is the unique id even for an array task (requeue acts on it);
 ``SLURM_RESTART_COUNT`` is set only after a restart (unset means 0); ``SLURM_JOB_NUM_NODES`` is the node
 count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's; there is
-no job start time in the environment, so the start of this process stands in for it.
+no job start time in the environment, so the start of the batch script process (the oldest ancestor
+below slurmstepd) stands in for it.
 Import-light: standard library only.
 """
 
@@ -28,11 +29,28 @@ def _int(env: Mapping[str, str], *names: str, default: int) -> int:
     return default
 
 
-def process_start_time() -> datetime | None:
-    """When this process started (from /proc), UTC; None where /proc is missing."""
+def _stat(pid: int) -> tuple[str, int, float]:
+    """(command name, parent pid, start time in clock ticks since boot) of a process."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text.rsplit(")", 1)[1].split()
+    return comm, int(fields[1]), int(fields[19])
+
+
+def job_start_time() -> datetime | None:
+    """When this job attempt started: the start of the oldest ancestor below slurmstepd (the batch
+    script), else of this process. UTC; None where /proc is missing."""
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22 (starttime), counted after "pid (comm)"
+        pid = os.getpid()
+        _comm, parent, ticks = _stat(pid)
+        first = ticks
+        while parent > 1:
+            parent_comm, grandparent, parent_ticks = _stat(parent)
+            if parent_comm.startswith("slurmstepd"):
+                break
+            pid, parent, ticks = parent, grandparent, parent_ticks
+        else:
+            ticks = first  # not under slurmstepd: only this process is known to belong to the attempt
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         started = time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
         return datetime.fromtimestamp(started, timezone.utc)
@@ -73,7 +91,7 @@ class JobEnv:
             world=_int(env, "WORLD_SIZE", "SLURM_NTASKS", default=1),
             state_dir=state_dir,
             notice_file=Path(notice) if notice else None,
-            start_time=process_start_time(),
+            start_time=job_start_time(),
         )
 
 
@@ -99,16 +117,19 @@ def resume_settings() -> dict:
         return {}
 
 
+STALE_SLACK = 2.0  # seconds: Slurm records drain times to the second
+
+
 def fresh_notice(env: JobEnv, handled: set[str]):
-    """The notice for this attempt, or None. A notice an earlier attempt acted on (its event id is in
-    ``handled``), or whose deadline passed before this process started, is stale: the file outlives
-    the attempt it was written for."""
+    """The notice for this attempt, or None. The file outlives the attempt it was written for, so a
+    notice is stale when an earlier attempt acted on its event (id in ``handled``) or when its drain
+    happened before this attempt started (Slurm starts no job on a draining node)."""
     from .notice import read_notice
 
     found = read_notice(env.notice_file) if env.notice_file else None
     if found is None or found.event_id in handled:
         return None
-    if env.start_time is not None and found.deadline < env.start_time:
+    if env.start_time is not None and (env.start_time - found.drain_time).total_seconds() > STALE_SLACK:
         return None
     return found
 

@@ -155,6 +155,7 @@ class Run:
             return
         self._signal_at = time.time()
         self._signal_name = signal.Signals(number).name
+        self._notice_checked = float("-inf")  # re-read the notice file at the next step boundary
 
     @property
     def notice(self):
@@ -214,7 +215,7 @@ class Run:
         notice = self.notice
         if notice is not None:
             return f"node {notice.node}: {notice.reason}" if notice.reason else f"node {notice.node}"
-        return f"SIG{self._signal_name}" if self._signal_name else "another rank"
+        return self._signal_name or "another rank"
 
     def save(self, step: int, state: Any, meta: dict | None = None) -> None:
         """Checkpoint ``state`` at ``step`` (writer rank only; others return at once). The final

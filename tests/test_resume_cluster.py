@@ -1,0 +1,94 @@
+"""A real job on the local cluster: drained, notified, final checkpoint, requeues itself, resumes on
+another node at the same step, and ends with the result of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from clusterutil import wait_for
+from slurm_preempt import ledger
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.notice import Notice, notice_path, utcnow, write_notice
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
+STEPS = 200
+
+
+def _job_script(workdir: Path) -> Path:
+    script = workdir / "train.sbatch"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"exec {sys.executable} {EXAMPLE} --checkpoint-dir {workdir / 'ckpt'} --steps {STEPS} "
+        f"--every 10 --step-seconds 0.05 --result {workdir / 'result.json'}\n"
+    )
+    return script
+
+
+def _uninterrupted(workdir: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    result = workdir / "uninterrupted.json"
+    subprocess.run(
+        [sys.executable, str(EXAMPLE), "--checkpoint-dir", str(workdir / "ckpt-plain"), "--steps", str(STEPS)]
+        + ["--step-seconds", "0", "--result", str(result)],
+        env=env,
+        check=True,
+    )
+    return json.loads(result.read_text())
+
+
+def _events(state_dir: Path, job_id: str, kind: str) -> list[dict]:
+    return [e for e in ledger.events(state_dir, job_id) if e["kind"] == kind]
+
+
+def _release(cluster, job_id: str) -> bool:
+    """``scontrol update starttime=now`` works once the requeued job has left COMPLETING."""
+    job = cluster.job(job_id)
+    if job is None or job.state != "PENDING":
+        return False
+    try:
+        cluster.slurm.update_job(job_id, starttime="now")
+    except SlurmError:
+        return False
+    return True
+
+
+def test_drained_job_checkpoints_requeues_itself_and_resumes_at_the_same_step(clean_cluster):
+    cluster = clean_cluster
+    workdir = cluster.workdir / "resume-drill"
+    workdir.mkdir()
+    state_dir = Path(cluster.spec.state_dir)
+    job_id = cluster.slurm.submit(
+        str(_job_script(workdir)),
+        ["--requeue", "--constraint=preemptible", "--open-mode=append", f"--output={workdir / 'job.log'}"],
+    )
+    first = cluster.wait_state(job_id, "RUNNING")
+    node = first.nodes[0]
+    wait_for(lambda: _events(state_dir, job_id, "checkpoint_saved"), 30, what="a periodic checkpoint")
+
+    cluster.slurm.drain([node], "preempted by the test")
+    notice = Notice.for_drain(job_id, node, "preempted by the test", "test", utcnow(), grace_seconds=30)
+    write_notice(notice_path(state_dir, job_id), notice)
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)
+
+    requeued = wait_for(lambda: _events(state_dir, job_id, "requeued"), 30, what="the job to requeue itself")
+    wait_for(lambda: _release(cluster, job_id), 60, what="the requeued job to be pending")
+    result_file = workdir / "result.json"
+    wait_for(result_file.exists, 60, what="the resumed job to finish")
+
+    result = json.loads(result_file.read_text())
+    assert result["value"] == _uninterrupted(workdir)["value"]
+    assert result["attempt"] == 2
+    assert result["nodes"][0] == node and result["nodes"][1] != node  # resumed elsewhere (node drained)
+    final = [e for e in _events(state_dir, job_id, "checkpoint_saved") if e["final"]]
+    resumed = _events(state_dir, job_id, "resumed_from")
+    assert len(final) == 1 and len(requeued) == 1  # our own requeue's SIGTERM started no second round
+    assert resumed[0]["step"] == final[0]["step"] == requeued[0]["step"]
+    assert resumed[0]["attempt"] == 2 and resumed[0]["previous_nodes"] == resumed[0]["nodes"] == 1
+    assert requeued[0]["event_id"] == notice.event_id
+    log = (workdir / "job.log").read_text()
+    assert f"final checkpoint at step {final[0]['step']}" in log
+    assert f"resuming from step {final[0]['step']} (attempt 2)" in log
