@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import sentstate
@@ -97,6 +97,7 @@ class Watcher:
         self.log = log
         self.ctx = Context(slurm, sent, state_dir, log, emit, save=self._save)
         self._source_failures: dict[str, int] = {}
+        self._last_answer: dict[str, list[Drain]] = {}
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -156,7 +157,7 @@ class Watcher:
                 continue
             if drain.node not in earliest or drain.drain_time < earliest[drain.node].drain_time:
                 earliest[drain.node] = drain
-        for node in [n for n in self.sent.events if n not in earliest or self._redrained(earliest[n])]:
+        for node in [n for n in self.sent.events if self._over(n, earliest)]:
             self.log(f"node {node}: no longer draining or drained anew; its event is over")
             self.sent.forget_node(node)
             self.ctx.dirty = True
@@ -169,6 +170,16 @@ class Watcher:
             self.ctx.emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
                            "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip
         return new
+
+    def _over(self, node: str, current: dict[str, Drain]) -> bool:
+        """Slurm events end when Slurm stops reporting the drain; provider events end only once their
+        deadline is past (an API that fails or forgets an event must not make it be told twice)."""
+        if node in current:
+            return self._redrained(current[node])
+        known = self.sent.events[node]
+        if known.source == "slurm":
+            return True
+        return utcnow() > known.drain_time + timedelta(seconds=known.grace + 60)
 
     def _redrained(self, drain: Drain) -> bool:
         """A drain time other than the one remembered, on a node not DOWN: the node was resumed and
@@ -200,13 +211,14 @@ class Watcher:
         found: list[Drain] = []
         for source in self.sources:
             try:
-                found += source.fetch()
+                self._last_answer[source.name] = source.fetch()
                 self._source_failures[source.name] = 0
             except SourceError as exc:
                 count = self._source_failures.get(source.name, 0) + 1
                 self._source_failures[source.name] = count
                 if count == 1 or count % 60 == 0:  # log the first failure, then now and then
                     self.log(f"source {source.name}: {exc} (failure {count}; carrying on)")
+            found += self._last_answer.get(source.name, [])  # a failed read keeps the last good answer
         return found
 
     def _query_count(self) -> int:
