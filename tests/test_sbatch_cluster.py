@@ -1,0 +1,306 @@
+"""Generated scripts on the real local cluster: sbatch accepts them, and they survive preemption.
+
+Removal is the honest one (testcluster.remove_node: SIGKILL, then DOWN). The test itself plays the
+watcher's two parts: it skips Slurm's ~121 s requeue hold (`scontrol update starttime=now`) and, in
+the notice test, sends `scancel --signal=USR1 --batch J`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from clusterutil import wait_for
+from slurm_preempt import sbatch as gen
+from slurm_preempt.config import Config
+from slurm_preempt.errors import SlurmError
+
+pytestmark = pytest.mark.cluster
+
+# A program that checkpoints its step count, stops cleanly on SIGTERM and resumes with --resume.
+PROGRAM = r"""
+import json, os, signal, sys, time
+ck = os.path.join(os.environ["SLURM_PREEMPT_CHECKPOINT_DIR"], "step")
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append("TERM"))
+step = int(open(ck).read()) if "--resume" in sys.argv and os.path.exists(ck) else 0
+total = int(sys.argv[1])
+print(json.dumps({"event": "start", "step": step, "argv": sys.argv[1:],
+                  "attempt": os.environ["SLURM_PREEMPT_ATTEMPT"],
+                  "restart": os.environ["SLURM_PREEMPT_RESTART"],
+                  "notice": os.environ["SLURM_PREEMPT_NOTICE"]}), flush=True)
+while step < total and not got:
+    time.sleep(0.1)
+    step += 1
+    with open(ck + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(ck + ".tmp", ck)
+print(json.dumps({"event": "stop", "step": step, "signals": got}), flush=True)
+"""
+
+DUMP_ARGV = "import json,sys; json.dump(sys.argv[2:], open(sys.argv[1], 'w'))"
+
+
+def generate(cluster, name: str, command: list[str], **options) -> Path:
+    options.setdefault("output", str(cluster.workdir / "%x-%j.out"))
+    options.setdefault("checkpoint_dir", str(cluster.workdir / "ckpt" / name))
+    made = gen.generate({"job_name": name, **options}, command, Config())
+    return gen.write_script(made.script, cluster.workdir / f"{name}.sh")
+
+
+def submit(cluster, path: Path) -> str:
+    return cluster.slurm.submit(str(path))
+
+
+def program(cluster) -> list[str]:
+    path = cluster.workdir / "ckprog.py"
+    path.write_text(PROGRAM)
+    return ["python3", str(path)]
+
+
+def events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+def attempts(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("slurm-preempt: attempt ")]
+
+
+def checkpoint_step(cluster, name: str) -> int:
+    path = cluster.workdir / "ckpt" / name / "step"
+    try:
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def release_requeued(cluster, job_id: str) -> None:
+    """Wait until Slurm has requeued the job, then skip its hold as the watcher would."""
+    cluster.wait_state(job_id, "PENDING", timeout=60)
+
+    def released() -> bool:
+        try:
+            cluster.slurm.update_job(job_id, starttime="now")
+            return True
+        except SlurmError:  # still COMPLETING: Slurm refuses until the old attempt is cleaned up
+            return False
+
+    wait_for(released, 60, what=f"job {job_id} to accept starttime=now")
+
+
+# ------------------------------------------------------------------------------ sbatch accepts them
+
+WIDE = {
+    "nodes": "1-2",
+    "ntasks_per_node": "1",
+    "cpus_per_task": "2",
+    "mem": "100M",
+    "time": "1:00:00",
+    "partition": "batch",
+    "mail_user": "someone@example.org",
+    "mail_type": "END,FAIL,REQUEUE",
+    "env": ("OMP_NUM_THREADS=2", "WEIRD=a b $(c)"),
+    "setup": ("echo setting up",),
+    "sbatch": ("--begin=now", "--nice=10", "--exclusive"),
+    "comment": "wide test # with a hash",
+    "checkpoint_interval": "60",
+    "resume_flag": ("--resume-from-latest",),
+    "timelimit_notice": "120",
+    "fallback_after": "2",
+    "fallback_pending": "600",
+    "sidecar": True,
+    "grace": "30",
+}
+
+
+@pytest.mark.parametrize(
+    ("template", "extra"),
+    [("plain", {}), ("array", {"array": "0-3%2"}), ("torchrun", {"nodes": "2-4", "rdzv_port": "29611"})],
+)
+def test_every_template_passes_sbatch_test_only(cluster, template, extra):
+    path = generate(
+        cluster, f"wide-{template}", ["python3", "train.py", "--x"], template=template, **WIDE | extra
+    )
+    assert cluster.slurm.submit(str(path), test_only=True) == "ok"
+    assert gen.test_only(path) == "ok"
+
+
+def test_sbatch_reads_awkward_values_back_exactly(cluster):
+    names = ['a "quoted" #not-a-comment', "semi; $(touch /tmp/sp-sbatch-pwned) `x`", "ünïcödé ☃ 'single'"]
+    comments = ["back\\slash and  two  spaces", "#SBATCH --uid=0", "tab-free but 'mixed\" quotes"]
+    ids = []
+    for i, (name, comment) in enumerate(zip(names, comments, strict=True)):
+        path = generate(cluster, f"held{i}", ["true"], job_name=name, sbatch=("--hold",), comment=comment)
+        ids.append(submit(cluster, path))
+    for job_id, name, comment in zip(ids, names, comments, strict=True):
+        got_name = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%j"]).rstrip("\n")
+        got_comment = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%k"]).rstrip("\n")
+        assert got_name == name
+        assert got_comment.startswith(" ".join(comment.split()) + " slurm-preempt:signal=USR1")
+    cluster.slurm.run(["scancel", *ids])
+    assert not Path("/tmp/sp-sbatch-pwned").exists()
+
+
+# ------------------------------------------------------------------------------ the argv, for real
+
+AWKWARD_ARGVS = [
+    ["$(touch /tmp/sp-sbatch-pwned)", "`touch /tmp/sp-sbatch-pwned`", "a;b", "&&", "|", ">out"],
+    ["it's", 'say "hi"', "back\\slash", "  spaces  ", ""],
+    ["line one\nline two\n#SBATCH --uid=0", "tab\there", "ünïcödé ☃ 日本"],
+    ["--resume-from-latest", "-c", "${HOME}", "$SLURM_JOB_ID", "*", "~"],
+]
+
+
+def test_command_gets_exactly_the_argv_given(clean_cluster):
+    cluster = clean_cluster
+    jobs = []
+    for i, argv in enumerate(AWKWARD_ARGVS):
+        out = cluster.workdir / f"argv{i}.json"
+        path = generate(cluster, f"argv{i}", ["python3", "-c", DUMP_ARGV, str(out), *argv])
+        jobs.append((submit(cluster, path), out, argv))
+    for job_id, out, argv in jobs:
+        cluster.wait_state(job_id, "COMPLETED", timeout=60)
+        assert json.loads(out.read_text()) == argv
+    assert not Path("/tmp/sp-sbatch-pwned").exists()
+
+
+# ------------------------------------------------------------------------------ preemption, for real
+
+
+def test_plain_job_is_requeued_after_removal_and_resumes(clean_cluster):
+    cluster = clean_cluster
+    path = generate(cluster, "plain-rm", [*program(cluster), "60"], resume_flag=("--resume",), sidecar=True)
+    job_id = submit(cluster, path)
+    first = cluster.wait_state(job_id, "RUNNING")
+    assert first.nodes[0].startswith("pre")
+    wait_for(lambda: checkpoint_step(cluster, "plain-rm") >= 5, 30, what="a first checkpoint")
+    cluster.remove_node(first.nodes[0])
+    release_requeued(cluster, job_id)
+    assert cluster.job(job_id).restart_count == 1
+    second = cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    assert second.nodes[0].startswith("pre") and second.nodes[0] != first.nodes[0]
+    log = cluster.workdir / f"plain-rm-{job_id}.out"
+    lines = attempts(log)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"slurm-preempt: attempt 1 (restart 0) on {first.nodes[0]} at ")
+    assert lines[1].startswith(f"slurm-preempt: attempt 2 (restart 1) on {second.nodes[0]} at ")
+    starts = [e for e in events(log) if e["event"] == "start"]
+    assert [s["argv"] for s in starts] == [["60"], ["60", "--resume"]]
+    assert starts[1]["step"] >= 5 and starts[1]["restart"] == "1" and starts[1]["attempt"] == "2"
+    assert events(log)[-1] == {"event": "stop", "step": 60, "signals": []}
+
+
+def test_array_task_is_requeued_alone_after_removal(clean_cluster):
+    cluster = clean_cluster
+    command = [*program(cluster), "60"]
+    path = generate(
+        cluster,
+        "arr-rm",
+        command,
+        array="0-1",
+        resume_flag=("--resume",),
+        sbatch=("--exclusive",),
+        output=str(cluster.workdir / "%x-%A_%a.out"),  # the array template's default, in the workdir
+    )
+    array_id = submit(cluster, path)
+
+    def both_running():
+        tasks = cluster.slurm.jobs(job_ids=[array_id])
+        running = [t for t in tasks if t.state == "RUNNING"]
+        return sorted(running, key=lambda t: int(t.array_task_id)) if len(running) == 2 else None
+
+    task0, task1 = wait_for(both_running, 30, what="both array tasks running")
+    assert task0.nodes[0].startswith("pre") and task0.nodes != task1.nodes
+    # Each task checkpoints in its own folder.
+    ckpt0 = cluster.workdir / "ckpt" / "arr-rm" / "task-0" / "step"
+    wait_for(lambda: ckpt0.exists() and int(ckpt0.read_text() or 0) >= 5, 30, what="task 0 checkpoint")
+    cluster.remove_node(task0.nodes[0])
+    release_requeued(cluster, task0.job_id)
+    assert cluster.job(task0.job_id).restart_count == 1
+    cluster.wait_state(task0.job_id, "COMPLETED", timeout=60)
+    cluster.wait_state(task1.job_id, "COMPLETED", timeout=60)
+    log0 = cluster.workdir / f"arr-rm-{array_id}_0.out"
+    log1 = cluster.workdir / f"arr-rm-{array_id}_1.out"
+    assert [line.split(" on ")[0] for line in attempts(log0)] == [
+        "slurm-preempt: attempt 1 (restart 0)",
+        "slurm-preempt: attempt 2 (restart 1)",
+    ]
+    assert len(attempts(log1)) == 1 and cluster.job(task1.job_id).restart_count == 0
+    starts = [e for e in events(log0) if e["event"] == "start"]
+    assert starts[1]["argv"] == ["60", "--resume"] and starts[1]["step"] >= 5
+
+
+def test_notice_makes_the_job_checkpoint_requeue_itself_and_resume(clean_cluster):
+    cluster = clean_cluster
+    path = generate(cluster, "noticed", [*program(cluster), "80"], resume_flag=("--resume",))
+    job_id = submit(cluster, path)
+    cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: checkpoint_step(cluster, "noticed") >= 3, 30, what="a first checkpoint")
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)  # what the watcher sends
+    release_requeued(cluster, job_id)
+    assert cluster.job(job_id).restart_count == 1
+    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    log = cluster.workdir / f"noticed-{job_id}.out"
+    text = log.read_text()
+    assert "SIGUSR1 (preemption notice)" in text and f"requeueing job {job_id}" in text
+    stops = [e for e in events(log) if e["event"] == "stop"]
+    starts = [e for e in events(log) if e["event"] == "start"]
+    assert stops[0]["signals"] == ["TERM"]  # the command got SIGTERM from the batch shell
+    assert starts[1]["step"] == stops[0]["step"]  # it lost nothing: resumed at its final checkpoint
+    assert starts[1]["argv"] == ["80", "--resume"]
+    assert starts[0]["notice"].endswith(f"/notices/{job_id}.json")
+    assert stops[-1] == {"event": "stop", "step": 80, "signals": []}
+
+
+def test_without_a_notice_the_exit_code_is_the_commands(clean_cluster):
+    cluster = clean_cluster
+    path = generate(cluster, "exit3", ["bash", "-c", "exit 3"], sidecar=True)
+    job_id = submit(cluster, path)
+    job = cluster.wait_state(job_id, {"FAILED", "COMPLETED"}, timeout=30)
+    assert job.state == "FAILED" and job.restart_count == 0
+    assert "slurm-preempt: command exited with 3 at " in (cluster.workdir / f"exit3-{job_id}.out").read_text()
+
+
+# ------------------------------------------------------------------------------ torchrun, for real
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+ALLREDUCE = r"""
+import json, os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+print(json.dumps({"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": value.item(),
+                  "node": os.environ.get("SLURMD_NODENAME")}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed (pip install torch)"
+)
+def test_torchrun_two_nodes_all_reduce(clean_cluster):
+    cluster = clean_cluster
+    script = cluster.workdir / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    path = generate(
+        cluster, "allreduce", [str(script)], template="torchrun", nodes="2", rdzv_port=str(free_port())
+    )
+    job_id = submit(cluster, path)
+    job = cluster.wait_state(job_id, {"COMPLETED", "FAILED"}, timeout=120)
+    log = (cluster.workdir / f"allreduce-{job_id}.out").read_text()
+    assert job.state == "COMPLETED", log
+    results = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert sorted(r["rank"] for r in results) == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 for r in results)
+    assert len({r["node"] for r in results}) == 2  # one agent per allocated node
+    assert "torchrun on 2 nodes" in log and "rendezvous at 127.0.0.1:" in log  # the NodeAddr, not pre1
