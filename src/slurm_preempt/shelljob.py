@@ -127,7 +127,7 @@ def wait_for_notice(
             return WaitResult(WAIT_NOTICE, f"notice for node {notice.node}", notice, to_text(notice.deadline))
         if got:
             deadline = to_text(utcnow()) if grace <= 0 else _plus(utcnow(), grace)
-            return WaitResult(WAIT_NOTICE, f"SIG{got[0]}", None, deadline)
+            return WaitResult(WAIT_NOTICE, got[0], None, deadline)
         if pid is not None and not _alive(pid):
             return WaitResult(WAIT_PROCESS_ENDED, f"process {pid} ended")
         if end is not None and time.monotonic() >= end:

@@ -1,0 +1,300 @@
+"""The job-side Run API and the ``slurm-preempt resume`` commands (no cluster needed; the real-cluster
+drill is in test_resume_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from clusterutil import wait_for
+from slurm_preempt import ledger
+from slurm_preempt.checkpoint import CheckpointStore, step_name
+from slurm_preempt.cli import main
+from slurm_preempt.notice import Notice, notice_path, utcnow, write_notice
+from slurm_preempt.resume import Run
+
+HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch):
+    """A job environment: id 123, state dir, no config of the developer's leaking in."""
+    monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(tmp_path / "config.toml"))
+    (tmp_path / "config.toml").write_text("[resume]\ngrace = 30\nnotice_poll = 0\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    state = tmp_path / "state"
+    return {"SLURM_JOB_ID": "123", "SLURM_PREEMPT_STATE_DIR": str(state), "SLURM_JOB_NUM_NODES": "1"}
+
+
+def _run(tmp_path, environ, **kwargs) -> Run:
+    return Run(tmp_path / "ckpt", environ=environ, **kwargs)
+
+
+def _notice(environ, drain_ago: float = 0, grace: float = 60) -> Notice:
+    notice = Notice.for_drain(
+        "123", "pre1", "reclaimed", "test", utcnow() - timedelta(seconds=drain_ago), grace
+    )
+    write_notice(notice_path(environ["SLURM_PREEMPT_STATE_DIR"], "123"), notice)
+    return notice
+
+
+def _kinds(environ, kind):
+    return [e for e in ledger.events(environ["SLURM_PREEMPT_STATE_DIR"], "123") if e["kind"] == kind]
+
+
+# ------------------------------------------------------------------------------ import-light
+
+
+def test_import_is_light_and_installs_nothing():
+    code = (
+        "import signal, slurm_preempt; slurm_preempt.Run; slurm_preempt.CheckpointStore;"
+        "import slurm_preempt.shelljob, slurm_preempt.agreement, slurm_preempt.interval;"
+        "import slurm_preempt.requeue, slurm_preempt.checkpoint;"
+        "assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL;"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert "slurm_preempt" in imported
+    assert not imported & set(HEAVY), imported & set(HEAVY)
+
+
+# ------------------------------------------------------------------------------ restart facts
+
+
+def test_first_run_restores_nothing(tmp_path, job):
+    with _run(tmp_path, job) as run:
+        assert run.restore() is None
+        assert (run.attempt, run.step, run.is_restart, run.previous_nodes) == (1, 0, False, None)
+
+
+def test_restart_restores_state_step_and_node_counts(tmp_path, job, capsys):
+    with _run(tmp_path, {**job, "SLURM_JOB_NUM_NODES": "2"}, every=5) as run:
+        for step in range(1, 13):
+            if run.should_checkpoint(step):
+                run.save(step, {"step": step})
+    again = {**job, "SLURM_RESTART_COUNT": "1", "SLURM_JOB_NUM_NODES": "1"}
+    with _run(tmp_path, again) as run:
+        assert run.restore() == {"step": 10}
+        assert (run.step, run.attempt, run.is_restart) == (10, 2, True)
+        assert (run.nodes, run.previous_nodes, run.nodes_changed) == (1, 2, True)
+    assert (
+        "resuming from step 10 (attempt 2) on 1 node(s); the previous attempt had 2"
+        in capsys.readouterr().err
+    )
+    resumed = _kinds(job, "resumed_from")
+    assert resumed[0]["step"] == 10 and resumed[0]["previous_nodes"] == 2 and resumed[0]["nodes"] == 1
+    assert [e["step"] for e in _kinds(job, "checkpoint_saved")] == [5, 10]
+
+
+def test_damaged_newest_checkpoint_falls_back(tmp_path, job, capsys):
+    with _run(tmp_path, job, every=1) as run:
+        for step in (1, 2):
+            run.should_checkpoint(step)
+            run.save(step, {"step": step})
+    (tmp_path / "ckpt" / step_name(2) / "MANIFEST.json").unlink()
+    with _run(tmp_path, job) as run:
+        assert run.restore() == {"step": 1}
+    assert "damaged" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ notices
+
+
+def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
+    with _run(tmp_path, job, every=100, background=True) as run:
+        assert not run.should_checkpoint(1)
+        notice = _notice(job, grace=60)
+        assert run.should_checkpoint(2)
+        assert run.deadline == notice.deadline.replace(microsecond=0) and 50 < run.seconds_left <= 60
+        run.save(2, {"step": 2})
+        assert run.preempted  # durable now, though background saves are on
+        assert CheckpointStore(tmp_path / "ckpt").latest().step == 2
+    assert [e["final"] for e in _kinds(job, "checkpoint_saved")] == [True]
+
+
+def test_signal_sets_a_flag_and_a_deadline_from_the_grace(tmp_path, job):
+    with _run(tmp_path, job, grace=30) as run:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert run.notified and run.notice is None
+        assert 25 < run.seconds_left <= 30
+        assert run.should_checkpoint(7)
+        assert list(CheckpointStore(tmp_path / "ckpt").steps()) == []  # the handler did no I/O
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored on exit
+
+
+def test_sigterm_of_our_own_requeue_is_not_a_new_preemption(tmp_path, job):
+    with _run(tmp_path, job) as run:
+        run._requeuing = True  # as requeue_and_exit sets it before `scontrol requeue`
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert not run.notified
+
+
+def test_stale_notices_of_earlier_attempts_are_ignored(tmp_path, job):
+    _notice(job, drain_ago=3600, grace=300)  # drained (and over) long before this process started
+    with _run(tmp_path, job) as run:
+        assert run.notice is None and not run.should_checkpoint(1)
+    notice = _notice(job)
+    with _run(tmp_path, job) as run:  # a fresh notice: final checkpoint remembers its event
+        assert run.should_checkpoint(3)
+        run.save(3, {"step": 3})
+    with _run(tmp_path, {**job, "SLURM_RESTART_COUNT": "1"}) as run:
+        assert run.restore() == {"step": 3}
+        assert run.notice is None, "the resumed attempt acted on the notice its predecessor handled"
+    assert notice.event_id in CheckpointStore(tmp_path / "ckpt").latest().meta["handled_events"]
+
+
+def test_time_interval(tmp_path, job):
+    with _run(tmp_path, job, interval=0.05) as run:
+        assert not run.should_checkpoint(1)
+        time.sleep(0.06)
+        assert run.should_checkpoint(2)
+
+
+def test_unwritable_ledger_warns_once_and_the_job_goes_on(tmp_path, job, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    with _run(tmp_path, {**job, "SLURM_PREEMPT_STATE_DIR": str(blocker)}, every=1) as run:
+        for step in (1, 2, 3):
+            run.should_checkpoint(step)
+            run.save(step, step)
+    err = capsys.readouterr().err
+    assert err.count("cannot write the ledger") == 1
+    assert CheckpointStore(tmp_path / "ckpt").latest().step == 3
+
+
+def test_background_save_errors_surface_on_the_next_save(tmp_path, job):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run = Run(blocker / "ckpt", environ=job, background=True, every=1)
+    run.should_checkpoint(1)
+    run.save(1, b"x")
+    with pytest.raises(Exception, match="background save failed"):
+        run.save(2, b"y")
+    run.restore_signals()
+
+
+REQUEUE_SCRIPT = """
+import sys
+from slurm_preempt import Run
+run = Run(sys.argv[1])
+run.save(1, b"state")
+run.requeue_and_exit()
+"""
+
+
+def test_requeue_without_scontrol_falls_back_to_the_configured_exit_code(tmp_path, job):
+    (tmp_path / "config.toml").write_text("[resume]\nrequeue_exit_code = 85\n")
+    script = tmp_path / "job.py"
+    script.write_text(REQUEUE_SCRIPT)
+    env = {**os.environ, **job, "PATH": "/nonexistent", "SLURM_PREEMPT_CONFIG": str(tmp_path / "config.toml")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 85
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "scontrol" in lines[0] and "RequeueExit" in lines[0], proc.stderr
+    assert not _kinds(job, "requeued")
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def _cli(args, env):
+    return CliRunner().invoke(main, ["resume", *args], env=env, catch_exceptions=False)
+
+
+def test_cli_env_save_latest(tmp_path, job):
+    ckpt = str(tmp_path / "ckpt")
+    first = _cli(["env", "-d", ckpt], job)
+    assert "export SLURM_PREEMPT_RESUME_FLAG=''" in first.output
+    assert "export SLURM_PREEMPT_RESTART_COUNT=0" in first.output
+    (tmp_path / "state.txt").write_text("41")
+    saved = _cli(["save", "-d", ckpt, "--step", "41", str(tmp_path / "state.txt")], job)
+    assert saved.exit_code == 0 and saved.output.strip().endswith(step_name(41))
+    again = _cli(["env", "-d", ckpt], {**job, "SLURM_RESTART_COUNT": "1"})
+    assert "export SLURM_PREEMPT_RESUME_FLAG=1" in again.output
+    assert "export SLURM_PREEMPT_LATEST_STEP=41" in again.output
+    assert f"export SLURM_PREEMPT_LATEST_CHECKPOINT={ckpt}/{step_name(41)}" in again.output
+    latest = _cli(["latest", "-d", ckpt, "--json"], job)
+    assert json.loads(latest.output)["step"] == 41
+    assert _kinds(job, "checkpoint_saved")[0]["step"] == 41
+
+
+def test_cli_errors_are_one_line(tmp_path, job):
+    none = _cli(["latest", "-d", str(tmp_path / "none")], job)
+    assert none.exit_code == 6 and len(none.output.strip().splitlines()) == 1
+    missing = _cli(["save", "-d", str(tmp_path / "c"), "--step", "1", str(tmp_path / "missing")], job)
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
+    bad = _cli(["interval", "-c", "-1", "-m", "10"], job)
+    assert bad.exit_code == 2 and bad.output.startswith("Error:")
+
+
+def test_cli_requeue_outside_a_job_says_so(job):
+    result = _cli(["requeue"], {k: v for k, v in job.items() if k != "SLURM_JOB_ID"} | {"SLURM_JOB_ID": ""})
+    assert result.exit_code == 4 and "not inside a Slurm job" in result.output
+
+
+def test_cli_interval_and_help_examples(job):
+    assert "young 1610.0 s" in _cli(["interval", "-c", "90", "-m", "14400"], job).output
+    for command in ("env", "wait", "requeue", "save", "latest", "interval"):
+        assert "Example" in _cli([command, "--help"], job).output
+
+
+def _wait(args, env, timeout=30):
+    cmd = [sys.executable, "-m", "slurm_preempt", "resume", "wait", *args]
+    return subprocess.Popen(
+        cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_cli_wait_exit_codes(tmp_path, job):
+    timed_out = _wait(["--timeout", "0.3"], job)
+    assert timed_out.wait(30) == 7
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    ended = _wait(["--pid", str(gone.pid)], job)
+    assert ended.wait(30) == 1
+    waiting = _wait(["--timeout", "30"], job)
+    threading.Timer(0.5, _notice, args=(job,)).start()
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0, err
+    assert "notice for node pre1, deadline" in out
+
+
+def _catches(pid: int, number: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (number - 1) & 1)
+    return False
+
+
+def test_cli_wait_returns_on_a_signal(job):
+    waiting = _wait(["--timeout", "30"], job)
+    # a signal before the handler is installed would kill it: wait until /proc says it is caught
+    wait_for(lambda: _catches(waiting.pid, signal.SIGUSR1), 30, interval=0.05, what="the USR1 handler")
+    waiting.send_signal(signal.SIGUSR1)
+    out, _err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0 and out.startswith("SIGUSR1, deadline")
+
+
+def test_examples_are_shipped():
+    root = Path(__file__).resolve().parents[1] / "examples"
+    assert (root / "train_loop.py").exists() and (root / "train_loop.sbatch").exists()
