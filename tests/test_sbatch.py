@@ -296,12 +296,20 @@ def test_template_with_an_undefined_variable_is_one_line(tmp_path):
     assert result.output.strip() == f"Error: template {path}: 'no_such_thing' is undefined"
 
 
-def test_checkpoint_interval_auto_without_history_is_a_clear_error_or_a_number():
+def test_checkpoint_interval_auto_needs_its_two_figures():
     result = run_cli("--checkpoint-interval", "auto", "--", "x")
-    if result.exit_code != 0:
-        assert "--checkpoint-interval auto" in result.output and len(result.output.strip().splitlines()) == 1
-    else:
-        assert "SLURM_PREEMPT_CHECKPOINT_INTERVAL=" in result.output
+    assert result.exit_code == 2 and "--checkpoint-seconds" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_checkpoint_interval_auto_uses_the_reports_advice():
+    from slurm_preempt.report import advise_interval
+
+    made = make(checkpoint_interval="auto", checkpoint_seconds="90", mtbp="7200")
+    expected = round(advise_interval(90.0, 7200.0)["advised_seconds"])
+    assert made.spec.checkpoint_interval == str(expected)
+    assert 900 < expected < 1300  # sqrt(2 * 90 * 7200) = 1138, less Daly's correction
+    assert f"export SLURM_PREEMPT_CHECKPOINT_INTERVAL={expected}" in made.script
 
 
 def test_cli_prints_writes_and_explains(tmp_path):

@@ -256,6 +256,19 @@ def test_notice_makes_the_job_checkpoint_requeue_itself_and_resume(clean_cluster
     assert stops[-1] == {"event": "stop", "step": 80, "signals": []}
 
 
+def test_time_limit_warning_is_treated_as_a_preemption(clean_cluster):
+    cluster = clean_cluster
+    # Slurm sends the B:USR1@50 warning 10 s into a 1-minute job, give or take its ~30 s check period.
+    path = generate(cluster, "timelimit", [*program(cluster), "3000"], time="1", timelimit_notice="50")
+    job_id = submit(cluster, path)
+    cluster.wait_state(job_id, "RUNNING")
+    cluster.wait_state(job_id, "PENDING", timeout=75)
+    assert cluster.job(job_id).restart_count == 1
+    log = cluster.workdir / f"timelimit-{job_id}.out"
+    assert "SIGUSR1 (preemption notice or time-limit warning)" in log.read_text()
+    assert events(log)[-1]["signals"] == ["TERM"]
+
+
 def test_without_a_notice_the_exit_code_is_the_commands(clean_cluster):
     cluster = clean_cluster
     path = generate(cluster, "exit3", ["bash", "-c", "exit 3"], sidecar=True)

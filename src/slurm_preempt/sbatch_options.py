@@ -333,7 +333,8 @@ CONFIG_KEYS = frozenset(
     """template job_name constraint standard nodes ntasks_per_node cpus_per_task gpus_per_node gres mem
     time partition account qos output error mail_user mail_type chdir array env setup sbatch comment
     notice_signal forward_signal fallback_after fallback_pending fallback_to fast_restart
-    timelimit_notice checkpoint_root checkpoint_dir checkpoint_interval resume_flag sidecar grace
+    timelimit_notice checkpoint_root checkpoint_dir checkpoint_interval checkpoint_seconds mtbp resume_flag
+    sidecar grace
     nproc_per_node rdzv_port torchrun""".split()  # noqa: SIM905
 )
 LIST_KEYS = ("env", "setup", "sbatch", "resume_flag")
@@ -494,12 +495,14 @@ def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
         spec.checkpoint_dir = check_line("checkpoint_root", str(Path(root) / path_component(job_name)), False)
     interval = s.get("checkpoint_interval")
     if interval is not None:
-        spec.checkpoint_interval = resolve_interval(str(interval), spec)
+        spec.checkpoint_interval = resolve_interval(str(interval), s)
     spec.resume_flags = [check_arg("--resume-flag", str(f)) for f in s.get("resume_flag", [])]
 
 
-def resolve_interval(text: str, spec: JobSpec) -> str:
-    """A number of seconds (or steps) as given, or ``auto`` from the report's advice."""
+def resolve_interval(text: str, s: Mapping[str, Any]) -> str:
+    """A number of seconds (or steps) as given, or ``auto``: the Young/Daly interval that
+    ``slurm_preempt.report.advise_interval`` computes from one checkpoint's duration and the mean
+    time between preemptions (both given, e.g. read off ``slurm-preempt report``)."""
     if text.strip().lower() != "auto":
         value = text.strip()
         if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) or float(value) <= 0:
@@ -507,17 +510,27 @@ def resolve_interval(text: str, spec: JobSpec) -> str:
         return value
     advise = _advise_interval()
     if advise is None:
+        raise UsageError("--checkpoint-interval auto needs slurm_preempt.report, missing here; give a number")
+    checkpoint, mtbp = s.get("checkpoint_seconds"), s.get("mtbp")
+    if checkpoint is None or mtbp is None:
         raise UsageError(
-            "--checkpoint-interval auto needs the preemption history (slurm_preempt.report), "
-            "which this install lacks; give a number of seconds or steps"
+            "--checkpoint-interval auto needs --checkpoint-seconds (one checkpoint's duration) and "
+            "--mtbp (mean seconds between preemptions, see `slurm-preempt report`); or give a number"
         )
+    advice = advise(_seconds("--checkpoint-seconds", checkpoint), _seconds("--mtbp", mtbp))
+    if not advice:
+        raise UsageError("--checkpoint-interval auto: no advice for these figures; give a number")
+    return str(max(1, int(round(float(advice["advised_seconds"])))))
+
+
+def _seconds(option: str, value: Any) -> float:
     try:
-        advised = advise(job_name=spec.job_name, constraint=spec.constraint)
-    except TypeError:
-        advised = advise()
-    if advised is None:
-        raise UsageError("--checkpoint-interval auto: no preemption history yet; give a number")
-    return str(int(round(float(advised))))
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{option} {value!r} is not a number of seconds") from None
+    if number <= 0:
+        raise UsageError(f"{option} {value}: must be more than 0 seconds")
+    return number
 
 
 def _advise_interval():

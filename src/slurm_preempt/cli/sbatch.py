@@ -118,7 +118,12 @@ def command(write_path, submit, test_only, explain, as_json, command, **options)
         return
     path = gen.write_script(made.script, write_path) if write_path else None
     if test_only:
-        gen.test_only(path or gen.keep_script(made.script, made.spec.job_name))
+        checked = path or gen.keep_script(made.script, made.spec.job_name)
+        try:
+            gen.test_only(checked)
+        finally:
+            if path is None:
+                checked.unlink()
         click.echo("sbatch --test-only: the cluster accepts this script")
     elif submit:
         path = path or gen.keep_script(made.script, made.spec.job_name)
