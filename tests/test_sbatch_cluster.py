@@ -317,3 +317,40 @@ def test_torchrun_two_nodes_all_reduce(clean_cluster):
     assert all(r["world"] == 2 and r["sum"] == 3.0 for r in results)
     assert len({r["node"] for r in results}) == 2  # one agent per allocated node
     assert "torchrun on 2 nodes" in log and "rendezvous at 127.0.0.1:" in log  # the NodeAddr, not pre1
+
+
+def test_scontrol_requeue_sigterm_is_passed_on_and_the_job_resumes(clean_cluster):
+    # University-style preemption and `scontrol requeue` end a job with SIGTERM, KillWait, SIGKILL.
+    cluster = clean_cluster
+    path = generate(cluster, "requeued", [*program(cluster), "80"], resume_flag=("--resume",))
+    job_id = submit(cluster, path)
+    cluster.wait_state(job_id, "RUNNING")
+    wait_for(lambda: checkpoint_step(cluster, "requeued") >= 3, 30, what="a first checkpoint")
+    cluster.slurm.requeue(job_id)
+    release_requeued(cluster, job_id)
+    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    log = cluster.workdir / f"requeued-{job_id}.out"
+    assert "SIGTERM to the batch shell" in log.read_text()
+    stops = [e for e in events(log) if e["event"] == "stop"]
+    starts = [e for e in events(log) if e["event"] == "start"]
+    assert "TERM" in stops[0]["signals"] and starts[1]["step"] == stops[0]["step"]
+    assert cluster.job(job_id).restart_count == 1
+
+
+def test_cli_submits_and_prints_json(clean_cluster, tmp_path):
+    from click.testing import CliRunner
+
+    from slurm_preempt.cli import main
+
+    cluster = clean_cluster
+    args = ["sbatch", "--output", str(cluster.workdir / "%x-%j.out"), "--checkpoint-dir", str(tmp_path / "c")]
+    checked = CliRunner().invoke(main, [*args, "--test-only", "--", "true"])
+    assert checked.exit_code == 0 and "accepts this script" in checked.output
+    refused = CliRunner().invoke(main, [*args, "--test-only", "--partition", "nosuch", "--", "true"])
+    assert refused.exit_code == 4 and len(refused.output.strip().splitlines()) == 1
+    result = CliRunner().invoke(main, [*args, "--job-name", "cli", "--submit", "--json", "--", "true"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert Path(answer["script"]).read_text().startswith("#!/bin/bash\n#SBATCH --job-name=cli\n")
+    job = cluster.wait_state(answer["job_id"], "COMPLETED", timeout=30)
+    assert job.name == "cli" and job.nodes[0].startswith("pre")
