@@ -218,13 +218,16 @@ def explain(spec: JobSpec) -> str:
         paras.append(
             f"At the time limit: Slurm sends SIG{spec.timelimit_signal} {spec.timelimit_notice} s before "
             f"--time runs out; the script treats it as a notice (final checkpoint, requeue), so the run "
-            "can go on past the partition's MaxTime."
+            "can go on past the partition's MaxTime. Slurm checks about every 30 s, so the warning may come "
+            "up to a minute late: leave room for a checkpoint plus a minute."
         )
     else:
         paras.append("At the time limit: the job is killed (no --timelimit-notice given), not requeued.")
     paras.append(
         f"On SIGTERM to the batch shell (scancel, a site's own preemption): it passes "
-        f"SIG{spec.forward_signal or 'TERM'} on, waits for the command and exits with its status."
+        f"SIG{spec.forward_signal or 'TERM'} on, waits for the command and exits with its status. "
+        "When Slurm signals the whole job (scontrol requeue, scancel, time limit), the command gets "
+        "SIGTERM from Slurm too: a handler that sets a flag takes both in its stride."
     )
     fallback = []
     if spec.optin.fallback_after:
