@@ -92,3 +92,45 @@ def test_drained_job_checkpoints_requeues_itself_and_resumes_at_the_same_step(cl
     log = (workdir / "job.log").read_text()
     assert f"final checkpoint at step {final[0]['step']}" in log
     assert f"resuming from step {final[0]['step']} (attempt 2)" in log
+
+
+SHELL_EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "shell_job.sbatch"
+
+
+def test_shell_job_example_survives_a_drain(clean_cluster):
+    """examples/shell_job.sbatch (the bash example of docs/resume.md) on the real cluster."""
+    cluster = clean_cluster
+    workdir = cluster.workdir / "shell-drill"
+    workdir.mkdir()
+    state_dir = Path(cluster.spec.state_dir)
+    steps = 150
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    job_id = cluster.slurm.submit(
+        str(SHELL_EXAMPLE),
+        [
+            f"--chdir={workdir}",
+            f"--output={workdir / 'job.log'}",
+            f"--export=ALL,PATH={path},STEPS={steps},CKPT={workdir / 'ckpt'},RESULT={workdir / 'result.txt'}",
+        ],
+    )
+    node = cluster.wait_state(job_id, "RUNNING").nodes[0]
+    wait_for(lambda: _events(state_dir, job_id, "checkpoint_saved"), 30, what="a periodic checkpoint")
+
+    cluster.slurm.drain([node], "preempted by the test")
+    notice = Notice.for_drain(job_id, node, "preempted by the test", "test", utcnow(), grace_seconds=30)
+    write_notice(notice_path(state_dir, job_id), notice)
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)
+
+    requeued = wait_for(lambda: _events(state_dir, job_id, "requeued"), 30, what="the job to requeue itself")
+    wait_for(lambda: _release(cluster, job_id), 60, what="the requeued job to be pending")
+    result_file = workdir / "result.txt"
+    wait_for(result_file.exists, 60, what="the resumed job to finish")
+
+    assert int(result_file.read_text()) == steps * (steps + 1) // 2
+    final = [e for e in _events(state_dir, job_id, "checkpoint_saved") if e["final"]]
+    assert len(final) == 1 and len(requeued) == 1
+    assert final[0]["step"] == requeued[0]["step"]
+    assert requeued[0]["event_id"] == notice.event_id
+    log = (workdir / "job.log").read_text()
+    assert f"notice: final checkpoint at step {final[0]['step']}" in log
+    assert f"attempt 2: resuming at step {final[0]['step']}" in log

@@ -8,7 +8,6 @@ pulls in ClusterShell) is imported only when a requeue is actually asked for.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from .jobenv import JobEnv, LedgerWriter
@@ -39,5 +38,4 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
         event_id=event_ids[0] if event_ids else "",
         how="scontrol requeue",
     )
-    print(f"slurm-preempt: job {env.job_id} requeued (attempt {env.restart_count + 1} ends)", file=sys.stderr)
-    return Outcome(True, f"job {env.job_id} requeued")
+    return Outcome(True, f"job {env.job_id} requeued (attempt {env.restart_count + 1} ends)")

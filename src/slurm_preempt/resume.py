@@ -292,6 +292,7 @@ class Run:
 
         outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
         if outcome.ok:
+            _say(outcome.message)
             sys.exit(exit_code)
         fallback_exit(outcome.message, self.requeue_exit_code, self.seconds_left)
 

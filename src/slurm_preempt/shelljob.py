@@ -160,7 +160,8 @@ def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
     env = JobEnv.from_environ()
     ledger = ledger_writer(env)
     found = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
-    notice = fresh_notice(env, _handled(env, ledger, found))
+    # Not _handled(): the final checkpoint just marked this very notice as handled for the next attempt.
+    notice = fresh_notice(env, ledger.handled_events())
     events = {notice.event_id} if notice is not None and notice.event_id else set()
     outcome = requeue_self(env, ledger, step=found.step if found else None, events=events)
     if outcome.ok:
