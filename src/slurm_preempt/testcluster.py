@@ -397,11 +397,23 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
     job while slurmd lives ends it FAILED and not requeued; setting DOWN while slurmd lives gives a
     SIGTERM and KillWait that a real removal never gives.) Returns how many processes were killed.
     """
-    slurmd = procs.with_env("SP_TESTCLUSTER_NODE", name)
+    # Only this cluster's slurmd: clusters of other test sessions run on this host with the same node names.
+    slurmd = [
+        p
+        for p in procs.with_env("SP_TESTCLUSTER_NODE", name)
+        if _env_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
+    ]
     steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
     killed = procs.kill_now(slurmd) + procs.kill_now(steps)
     Slurm(env={**os.environ, **state.env()}).set_down([name], reason)
     return killed
+
+
+def _env_of(proc) -> dict:
+    try:
+        return proc.environ()
+    except Exception:  # gone or not ours to read
+        return {}
 
 
 def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
