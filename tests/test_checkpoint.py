@@ -247,3 +247,24 @@ def test_checkpoint_paths_are_plain_folders(tmp_path):
     found = store.save(12, b"x")
     assert found.path == Path(tmp_path) / "step-000000000012"
     assert found.nbytes == 1
+
+
+def test_saving_an_older_step_warns(tmp_path, warned):
+    store = CheckpointStore(tmp_path, warn=warned)
+    store.save(10, b"x")
+    store.save(1, b"y")
+    assert "holds step 10" in warned[0]
+    assert store.latest().step == 10
+
+
+def test_torch_state_dicts(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install slurm-preempt[torch])")
+    model = torch.nn.Linear(4, 2)
+    store = CheckpointStore(tmp_path)
+    store.save_torch(1, {"model": model.state_dict(), "epoch": 3}, background=True)
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on while the background save writes the snapshot
+    store.wait()
+    loaded = store.latest().load()
+    assert loaded["epoch"] == 3
+    assert torch.equal(loaded["model"]["weight"] + 1.0, model.weight.detach())

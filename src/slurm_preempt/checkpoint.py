@@ -246,6 +246,12 @@ class CheckpointStore:
         started = time.monotonic()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._sweep()
+        newest = self._newest_step()
+        if newest is not None and step < newest:
+            self._warn(
+                f"saving step {step} in {self.directory}, which holds step {newest}: the newest step "
+                "wins on restore, so this one is pruned or ignored (use a new folder for a fresh run)"
+            )
         tmp = self._scratch("tmp", f"{step}-{threading.get_ident()}")
         try:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -331,9 +337,13 @@ class CheckpointStore:
         what = "disk full" if exc.errno == 28 else (exc.strerror or str(exc))
         return f"cannot save checkpoint step {step} in {self.directory}: {what}{kept}"
 
-    def _newest_name(self) -> str | None:
+    def _newest_step(self) -> int | None:
         steps = self.steps()
-        return step_name(steps[-1]) if steps else None
+        return steps[-1] if steps else None
+
+    def _newest_name(self) -> str | None:
+        newest = self._newest_step()
+        return None if newest is None else step_name(newest)
 
     def _prune(self) -> None:
         for step in self.steps()[: -self.keep]:
