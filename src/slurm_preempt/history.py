@@ -17,7 +17,7 @@ nothing for a completed attempt.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import ledger
@@ -54,7 +54,7 @@ class Attempt:
     deadline: datetime | None = None
     checkpoints: list[datetime] = field(default_factory=list)
     wait_before: float | None = None  # seconds since the previous attempt ended
-    node_epilogs: set[str] = field(default_factory=set)
+    node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
 
     @property
@@ -148,6 +148,9 @@ def build(
 
 
 def _time(event: dict, key: str = "time") -> datetime | None:
+    """The event's time; for ``time`` the nanoseconds of its file name when there (the text has seconds)."""
+    if key == "time" and event.get("_order"):
+        return datetime.fromtimestamp(event["_order"] / 1e9, tz=timezone.utc)
     try:
         return from_text(str(event[key]))
     except (KeyError, ValueError):
@@ -189,7 +192,8 @@ def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event:
             attempt.nodes = expand_nodes(str(event["nodes"]))
         return
     if event.get("hook") == "epilog":
-        attempt.node_epilogs.add(str(event.get("node", "")))
+        if moment:
+            attempt.node_epilogs[str(event.get("node", ""))] = moment
         if attempt.end is None and moment:
             attempt.end = moment
     else:  # the controller's end is the authority
@@ -205,13 +209,7 @@ def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRec
     merged = []
     unmatched = list(attempts)
     for index, row in enumerate(rows):
-        match = min(
-            (a for a in unmatched if a.start is not None),
-            key=lambda a: abs((a.start - row.start).total_seconds()),
-            default=None,
-        )
-        if match is not None and abs((match.start - row.start).total_seconds()) > 120:
-            match = None
+        match = _pair(unmatched, index, row)
         attempt = match or Attempt(number=index, source="sacct")
         if match is not None:
             unmatched.remove(match)
@@ -232,6 +230,20 @@ def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRec
         merged.append(attempt)
     merged += unmatched
     return sorted(merged, key=lambda a: (a.start is None, a.start or datetime.max, a.number))
+
+
+def _pair(attempts: list[Attempt], index: int, row: AcctRecord) -> Attempt | None:
+    """The ledger attempt of this sacct row: the same restart number (rows in order are restarts
+    0, 1, ...) unless its start is far off, else the one that started closest, within two minutes."""
+
+    def near(a: Attempt) -> bool:
+        return a.start is None or abs((a.start - row.start).total_seconds()) <= 120
+
+    same = next((a for a in attempts if a.number == index and near(a)), None)
+    if same is not None:
+        return same
+    close = [a for a in attempts if a.start is not None and near(a)]
+    return min(close, key=lambda a: abs((a.start - row.start).total_seconds()), default=None)
 
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
@@ -282,7 +294,10 @@ def _ledger_cause(attempt: Attempt, later: Attempt | None) -> str:
     if attempt.end is None:
         return "running" if later is None else "ended (no end recorded)"
     if later is not None:
-        if not attempt.node_epilogs:
+        # A vanished node's slurmd runs the epilog late, when the node comes back: only an epilog that
+        # ran before the next attempt started shows that the node was alive at the end.
+        timely = [t for t in attempt.node_epilogs.values() if later.start is None or t <= later.start]
+        if not timely:
             return "node failure (preempted)"
         return "requeued after notice" if attempt.notice_time else "requeued"
     code, _, sig = attempt.exit_code.partition(":")
@@ -317,3 +332,57 @@ def accounting_rows(slurm, job_ids: list[str], chunk: int = 500) -> dict[str, li
     except SlurmError:
         return None
     return found
+
+
+def run_history(job_id: str, state_dir: Path | str | None = None, use_sacct: bool = True) -> JobHistory:
+    """What ``slurm-preempt history`` shows: state folder from the option, env or config."""
+    from . import config
+    from .errors import UsageError
+    from .slurm import Slurm
+
+    folder = Path(state_dir) if state_dir else config.load().state_dir()
+    found = load(job_id, folder, Slurm() if use_sacct else None)
+    if not found.attempts:
+        raise UsageError(f"no attempt of job {job_id} recorded in {folder} (are the hooks installed?)")
+    return found
+
+
+def _clock(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def history_text(history: JobHistory) -> str:
+    """Human lines: one block per attempt (times in UTC)."""
+    source = "ledger + sacct -D" if history.accounting else "ledger only (no accounting)"
+    head = f"job {history.job_id}"
+    if history.user:
+        head += f"  user {history.user}"
+    if history.partition:
+        head += f"  partition {history.partition}"
+    if history.constraints:
+        head += f"  constraint {history.constraints}"
+    lines = [head, f"{len(history.attempts)} attempt(s), from {source}; times UTC", ""]
+    for a in history.attempts:
+        lines.append(
+            f"attempt {a.number}  {','.join(a.nodes) or '?'}  {_clock(a.start)} -> {_clock(a.end)}"
+            f"  ran {_span(a.run_seconds)}"
+        )
+        lines.append(f"  ended: {a.cause}" + (f" (exit {a.exit_code})" if a.exit_code else ""))
+        if a.notice_time or a.deadline:
+            lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}")
+        lines.append(
+            f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
+            f"  work lost {_span(a.lost_seconds)}"
+        )
+        if a.wait_before is not None:
+            lines.append(f"  waited {_span(a.wait_before)} before it started")
+    if history.ignored_events:
+        lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
+    return "\n".join(lines)

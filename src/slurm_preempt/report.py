@@ -281,3 +281,73 @@ def _wanted(history: hist.JobHistory, since, user, partition) -> bool:
     if user and history.user != user:
         return False
     return not (partition and history.partition != partition)
+
+
+def run_report(
+    state_dir: Path | str | None = None,
+    use_sacct: bool = True,
+    since: str | None = None,
+    user: str | None = None,
+    partition: str | None = None,
+) -> Report:
+    """What ``slurm-preempt report`` shows: folder and prices from the config."""
+    from . import config
+    from .errors import UsageError
+    from .notice import from_text
+    from .slurm import Slurm
+
+    settings = config.load()
+    folder = Path(state_dir) if state_dir else settings.state_dir()
+    moment = None
+    if since:
+        try:
+            moment = from_text(since if "T" in since else since + "T00:00:00")
+        except ValueError:
+            raise UsageError(f"--since {since!r} is not a date (2026-12-01 or 2026-12-01T06:00)") from None
+    prices = Prices.from_config(settings.section("report"))
+    return build_report(folder, prices, Slurm() if use_sacct else None, moment, user, partition)
+
+
+def _hours(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _cost(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def report_text(report: Report) -> str:
+    source = "ledger + sacct -D" if report.accounting else "ledger only (no accounting)"
+    if not report.jobs:
+        return f"no jobs recorded ({source})"
+    unit = report.jobs[0].unit if len({j.unit for j in report.jobs}) == 1 else "resource-hours"
+    head = (
+        f"{'job':>10} {'user':<10} {'att':>3} {'pre':>3} {'run ' + unit:>16} {'lost':>8} {'waited':>8} "
+        f"{'goodput':>7} {'preemptible':>11} {'on-demand':>9}"
+    )
+    lines = [f"{len(report.jobs)} job(s), from {source}", "", head]
+    for j in report.jobs:
+        lines.append(
+            f"{j.job_id:>10} {j.user[:10]:<10} {j.attempts:>3} {j.preemptions:>3} "
+            f"{_hours(j.run_hours):>16} {_hours(j.lost_hours):>8} {j.waited_seconds:>7.0f}s "
+            f"{100 * j.goodput:>6.0f}% {_cost(j.cost_preemptible):>11} {_cost(j.cost_on_demand):>9}"
+        )
+    t = report.totals()
+    lines.append(
+        f"{'total':>10} {'':<10} {t['attempts']:>3} {t['preemptions']:>3} {_hours(t['run_hours']):>16} "
+        f"{_hours(t['lost_hours']):>8} {t['waited_seconds']:>7.0f}s {100 * t['goodput']:>6.0f}% "
+        f"{_cost(t['cost_preemptible']):>11} {_cost(t['cost_on_demand']):>9}"
+    )
+    lines.append("")
+    for j in report.jobs:
+        lines.append(f"job {j.job_id}: {j.verdict}")
+        advice = j.interval_advice
+        if advice:
+            lines.append(
+                f"  checkpoint every ~{advice['advised_seconds']:.0f}s ({advice['formula']}: "
+                f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
+                f"{advice['mtbp_seconds']:.0f}s)"
+            )
+    if t["cost_preemptible"] is None:
+        lines.append("\nno prices configured: set [report] gpu_hour_on_demand or cpu_hour_on_demand")
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""history.build on event lists shaped as the hooks, the watcher and the job write them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from slurm_preempt import history
+from slurm_preempt.slurmdata import AcctRecord
+
+T0 = datetime(2026, 12, 1, 6, 0, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def ev(kind: str, offset: float, **fields) -> dict:
+    order = int((T0 + timedelta(seconds=offset)).timestamp() * 1e9)
+    return {"kind": kind, "job_id": "5", "time": at(offset), "_order": order, **fields}
+
+
+def start(seconds, restart, node):
+    return ev(
+        "attempt_start",
+        seconds,
+        hook="prolog",
+        restart_count=restart,
+        node=node,
+        nodes=node,
+        user="alice",
+        partition="batch",
+        constraints="preemptible",
+        cpus_per_node="4",
+        gpus="0,1",
+    )
+
+
+def end(seconds, restart, hook="epilog_slurmctld", code="0:0", node=""):
+    return ev("attempt_end", seconds, hook=hook, restart_count=restart, exit_code=code, node=node)
+
+
+def three_attempts() -> list[dict]:
+    return [
+        start(0, 0, "pre1"),
+        ev("checkpoint_saved", 40, seconds=2.0),
+        ev("notice_sent", 50, event_id=f"pre1@{at(45)}", deadline=at(345)),
+        end(100, 0),
+        end(200, 0, hook="epilog", node="pre1"),  # late: pre1's slurmd came back after attempt 1 began
+        start(130, 1, "pre2"),
+        ev("checkpoint_saved", 150, seconds=4.0),
+        end(160, 1),
+        start(300, 2, "pre3"),
+        end(400, 2, hook="epilog", node="pre3"),
+        end(400.5, 2),
+    ]
+
+
+def test_ledger_alone_tells_causes_losses_and_waits():
+    found = history.build("5", three_attempts())
+    a0, a1, a2 = found.attempts
+    assert [a.number for a in found.attempts] == [0, 1, 2]
+    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["completed"]
+    assert [a.nodes for a in found.attempts] == [["pre1"], ["pre2"], ["pre3"]]
+    assert a0.lost_seconds == 60 and a1.lost_seconds == 10 and a2.lost_seconds == 0
+    assert a0.notice_time == T0 + timedelta(seconds=45) and a0.deadline == T0 + timedelta(seconds=345)
+    assert (a1.wait_before, a2.wait_before) == (30, 140)
+    assert a0.gpus == 2 and a0.cpus == 4
+    assert found.user == "alice" and found.checkpoint_seconds == [2.0, 4.0]
+
+
+def test_exit_codes_without_accounting():
+    failed = history.build("5", [start(0, 0, "n1"), end(5, 0, code="3:0", hook="epilog", node="n1")])
+    assert failed.attempts[0].cause == "failed (exit 3)"
+    killed = history.build("5", [start(0, 0, "n1"), end(5, 0, code="0:15")])
+    assert killed.attempts[0].cause == "killed by signal 15 (cancelled or time limit)"
+    running = history.build("5", [start(0, 0, "n1")])
+    assert running.attempts[0].cause == "running" and running.attempts[0].lost_seconds == 0
+
+
+def test_requeue_with_node_alive_after_notice_is_a_preemption():
+    events = [
+        start(0, 0, "pre1"),
+        ev("notice_sent", 10, event_id=f"pre1@{at(10)}", deadline=at(40)),
+        ev("checkpoint_saved", 20),
+        ev("requeued", 21),
+        end(25, 0, hook="epilog", node="pre1"),
+        end(25, 0),
+        start(30, 1, "pre2"),
+        end(50, 1),
+    ]
+    found = history.build("5", events)
+    assert found.attempts[0].cause == "requeued after notice" and found.attempts[0].preempted
+    assert found.attempts[0].lost_seconds == 5
+
+
+def row(state, start_s, end_s, nodes, code="0:0"):
+    return AcctRecord(
+        job_id="5",
+        display_id="5",
+        state=state,
+        exit_code=code,
+        submit=T0,
+        start=T0 + timedelta(seconds=start_s),
+        end=T0 + timedelta(seconds=end_s),
+        num_nodes=1,
+        nodes=(nodes,),
+        partition="batch",
+        user="alice",
+        alloc_tres={"cpu": "4", "gres/gpu": "2"},
+    )
+
+
+def test_sacct_states_win_and_fill_gaps():
+    rows = [
+        row("NODE_FAIL", 0, 101, "pre1"),
+        row("NODE_FAIL", 131, 160, "pre2"),
+        row("CANCELLED", 300, 400, "pre3", "0:15"),
+    ]
+    events = [e for e in three_attempts() if not (e["kind"] == "attempt_start" and e["restart_count"] == 1)]
+    found = history.build("5", events, rows)
+    assert found.accounting
+    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["cancelled"]
+    assert [a.source for a in found.attempts] == ["ledger+sacct"] * 3
+    assert found.attempts[1].nodes == ["pre2"] and found.attempts[1].checkpoints  # job event placed by time
+    assert found.submit == T0
+
+
+def test_text_and_json_render():
+    found = history.build("5", three_attempts())
+    text = history.history_text(found)
+    assert "attempt 1  pre2" in text and "ended: node failure (preempted)" in text
+    assert found.to_json()["attempts"][0]["lost_seconds"] == 60.0

@@ -1,0 +1,68 @@
+"""The ledger: atomic event files, and readers that tell root's events from anyone else's."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from slurm_preempt import ledger
+
+
+def test_record_and_read_back_in_order(tmp_path):
+    ledger.record(tmp_path, "42", "attempt_start", source="hook", restart_count=0)
+    ledger.record(tmp_path, "42", "checkpoint_saved", source="job", step=5)
+    found = ledger.events(tmp_path, "42")
+    assert [e["kind"] for e in found] == ["attempt_start", "checkpoint_saved"]
+    assert found[1]["step"] == 5 and found[0]["job_id"] == "42"
+    assert not [p for p in (tmp_path / "jobs" / "42").iterdir() if p.name.startswith(".")]
+
+
+def test_bad_kind_and_bad_job_id_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        ledger.record(tmp_path, "42", "made_up", source="job")
+    with pytest.raises(ValueError):
+        ledger.record(tmp_path, "../etc", "attempt_start", source="job")
+
+
+def test_symlinks_fifos_garbage_and_huge_files_are_not_events(tmp_path):
+    ledger.record(tmp_path, "7", "attempt_start", source="hook")
+    folder = tmp_path / "jobs" / "7"
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"kind": "attempt_start", "job_id": "7"}))
+    (folder / "1-x-1-attempt_start.json").symlink_to(secret)
+    os.mkfifo(folder / "2-x-1-attempt_end.json")
+    (folder / "3-x-1-attempt_end.json").write_text("{not json")
+    (folder / "4-x-1-attempt_end.json").write_text(json.dumps({"kind": "attempt_end", "pad": "x" * 70000}))
+    assert [e["kind"] for e in ledger.events(tmp_path, "7")] == ["attempt_start"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_only_root_files_are_trusted_for_root_kinds(tmp_path):
+    ledger.record(tmp_path, "9", "attempt_start", source="hook", restart_count=0)
+    folder = tmp_path / "jobs" / "9"
+    os.chown(folder, 1234, 1234)
+    forged = folder / "5-x-1-attempt_start.json"
+    forged.write_text(json.dumps({"kind": "attempt_start", "job_id": "9", "restart_count": 3}))
+    mine = folder / "6-x-1-checkpoint_saved.json"
+    mine.write_text(json.dumps({"kind": "checkpoint_saved", "job_id": "9"}))
+    other = folder / "7-x-1-checkpoint_saved.json"
+    other.write_text(json.dumps({"kind": "checkpoint_saved", "job_id": "9"}))
+    os.chown(forged, 1234, 1234)
+    os.chown(mine, 1234, 1234)
+    os.chown(other, 4321, 4321)
+    moved = folder / "8-x-1-attempt_end.json"  # root's file, but of another job
+    moved.write_text(json.dumps({"kind": "attempt_end", "job_id": "10"}))
+    every = ledger.events(tmp_path, "9")
+    assert len(every) == 5
+    trusted = ledger.trusted_events(tmp_path, "9")
+    kinds = sorted((e["kind"], e["_uid"]) for e in trusted)
+    assert kinds == [("attempt_start", 0), ("checkpoint_saved", 1234)]
+
+
+def test_job_ids_lists_only_job_folders(tmp_path):
+    for job in ("12", "3", "100_2"):
+        ledger.record(tmp_path, job, "attempt_start", source="hook")
+    (tmp_path / "jobs" / ".hook-123-4").write_text("")
+    assert ledger.job_ids(tmp_path) == ["3", "12", "100_2"]
