@@ -354,3 +354,27 @@ def test_cli_submits_and_prints_json(clean_cluster, tmp_path):
     assert Path(answer["script"]).read_text().startswith("#!/bin/bash\n#SBATCH --job-name=cli\n")
     job = cluster.wait_state(answer["job_id"], "COMPLETED", timeout=30)
     assert job.name == "cli" and job.nodes[0].startswith("pre")
+
+
+SELF_REQUEUE = """
+trap 'echo "command: requeueing myself"; scontrol requeue "$SLURM_JOB_ID"; exit 0' TERM
+[ "$SLURM_PREEMPT_RESTART" = 1 ] && exit 0
+echo "command: ready"
+for i in $(seq 300); do sleep 0.1; done
+"""
+
+
+def test_a_command_that_requeues_itself_is_requeued_once(clean_cluster):
+    # The resume library requeues the job itself after its final checkpoint; the script must not fail.
+    cluster = clean_cluster
+    path = generate(cluster, "selfrq", ["bash", "-c", SELF_REQUEUE])
+    job_id = submit(cluster, path)
+    log = cluster.workdir / f"selfrq-{job_id}.out"
+    wait_for(lambda: log.exists() and "command: ready" in log.read_text(), 30, what="the command's trap")
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)
+    release_requeued(cluster, job_id)
+    assert cluster.job(job_id).restart_count == 1
+    cluster.wait_state(job_id, "COMPLETED", timeout=30)
+    text = log.read_text()
+    assert "command: requeueing myself" in text and "Slurm is already ending this attempt" in text
+    assert "scontrol requeue failed" not in text
