@@ -214,6 +214,20 @@ def test_requeue_without_scontrol_falls_back_to_the_configured_exit_code(tmp_pat
     assert not _kinds(job, "requeued")
 
 
+def test_requeue_outside_slurm_just_exits_after_the_final_checkpoint(tmp_path, job):
+    script = tmp_path / "job.py"
+    script.write_text(REQUEUE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and "not inside a Slurm job" in proc.stderr
+
+
 # ------------------------------------------------------------------------------ CLI
 
 

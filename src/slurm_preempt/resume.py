@@ -288,6 +288,9 @@ class Run:
         self._requeuing = True
         if not self.writer:
             sys.exit(exit_code)
+        if not self.env.job_id:
+            _say(f"not inside a Slurm job: final checkpoint at step {self.step} saved, exiting {exit_code}")
+            sys.exit(exit_code)
         from .requeue import requeue_self
 
         outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
