@@ -327,7 +327,12 @@ def test_cli_prints_writes_and_explains(tmp_path):
 
 # ------------------------------------------------------------------------------ hypothesis: quoting
 
-LINE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+# Printable text (what a user may type) is taken literally; any control character is refused.
+PRINTABLE = st.characters(
+    exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"), include_characters=" "
+)
+LINE_TEXT = st.text(PRINTABLE, min_size=1, max_size=40)
+BAD_CHARS = st.sampled_from(["\n", "\r", "\x00", "\t", "\x1b", "\u2028", "\x85"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -351,6 +356,17 @@ def test_sbatch_lines_read_back_exactly_or_are_refused(name, comment, output, ma
     assert [a.split("=", 1)[0] for a in slurm_directives(made.script)] == [
         f"--{n}" for n, _v in made.spec.sbatch_options()
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=LINE_TEXT, bad=BAD_CHARS, where=st.integers(min_value=0, max_value=40))
+def test_a_control_character_anywhere_is_refused(value, bad, where):
+    poisoned = value[:where] + bad + value[where:]
+    for option in ("job_name", "comment", "output", "mail_user", "partition", "chdir"):
+        with pytest.raises(UsageError):
+            make(**{option: poisoned})
+    with pytest.raises(UsageError):
+        make(sbatch=(f"--begin={poisoned}",))
 
 
 def run_locally(script: str, tmp: Path) -> list[str]:

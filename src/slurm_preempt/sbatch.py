@@ -39,7 +39,8 @@ from .config import DEFAULT_STATE_DIR, Config
 from .config import load as load_config
 from .errors import UsageError
 from .resources import data_dir
-from .sbatch_options import BUILTIN_TEMPLATES, JobSpec, build_spec, merge_settings, sbatch_quote
+from .sbatch_options import BUILTIN_TEMPLATES, sbatch_quote
+from .sbatch_spec import JobSpec, build_spec, merge_settings
 from .slurm import Slurm
 
 _BARE = re.compile(r"^[A-Za-z0-9_.,:/%@+=\-]+$")

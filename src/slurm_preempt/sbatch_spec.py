@@ -1,0 +1,367 @@
+"""The checked description of one job script (``JobSpec``), built from config and command line.
+
+``merge_settings`` lays the command line over the config's ``[sbatch]`` section; ``build_spec`` checks
+every value with ``sbatch_options`` and fills in the defaults that make a job survive preemption.
+Settings come from the config's ``[sbatch]`` section (site, then user), then from the command line,
+which wins. List settings (``env``, ``setup``, ``sbatch``, ``resume_flag``) add up: config first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, UsageError
+from .optin import OptIn, merge_comment
+from .sbatch_options import (
+    ARRAY_RE,
+    CONSTRAINT_RE,
+    DEFAULT_GRACE,
+    DEFAULT_RDZV_PORT,
+    FORWARD_SIGNALS,
+    GPUS_RE,
+    GRES_RE,
+    MEM_RE,
+    PLAIN_WORD_RE,
+    check_arg,
+    check_line,
+    check_mail_type,
+    check_pattern,
+    parse_env,
+    parse_nodes,
+    parse_passthrough,
+    parse_signal,
+    parse_time,
+    positive_int,
+)
+
+# ------------------------------------------------------------------------------------------ the spec
+
+
+@dataclass
+class JobSpec:
+    """Everything a template needs, each value checked."""
+
+    template: str
+    command: list[str]
+    job_name: str
+    constraint: str | None = "preemptible"
+    nodes: str | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    gpus_per_node: str | None = None
+    gres: str | None = None
+    mem: str | None = None
+    time: str | None = None
+    time_seconds: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    output: str = "%x-%j.out"
+    error: str | None = None
+    mail_user: str | None = None
+    mail_type: str | None = None
+    chdir: str | None = None
+    array: str | None = None
+    env: list[tuple[str, str]] = field(default_factory=list)
+    setup: list[str] = field(default_factory=list)
+    extra: list[tuple[str, str | None]] = field(default_factory=list)
+    user_comment: str = ""
+    optin: OptIn = field(default_factory=lambda: OptIn(opted_in=True, signal="USR1"))
+    forward_signal: str | None = "TERM"
+    timelimit_notice: int | None = None
+    checkpoint_dir: str = ""
+    checkpoint_interval: str | None = None
+    resume_flags: list[str] = field(default_factory=list)
+    sidecar: bool = False
+    grace: int = DEFAULT_GRACE
+    nproc_per_node: int = 1
+    rdzv_port: int = DEFAULT_RDZV_PORT
+    torchrun: str = "torchrun"
+
+    @property
+    def notice_signal(self) -> str | None:
+        return self.optin.signal
+
+    @property
+    def comment(self) -> str:
+        return merge_comment(self.user_comment, self.optin)
+
+    @property
+    def trap_signals(self) -> list[str]:
+        """Signals the batch shell treats as a notice: the watcher's, and the time-limit warning's."""
+        signals = [self.notice_signal] if self.notice_signal else []
+        if self.timelimit_notice and self.timelimit_signal not in signals:
+            signals.append(self.timelimit_signal)
+        return signals
+
+    @property
+    def timelimit_signal(self) -> str:
+        return self.notice_signal or "USR1"
+
+    def sbatch_options(self) -> list[tuple[str, str | None]]:
+        """The ``#SBATCH`` options in order, values unquoted (the renderer quotes them)."""
+        opts: list[tuple[str, str | None]] = [("job-name", self.job_name)]
+        for name, value in (
+            ("partition", self.partition),
+            ("account", self.account),
+            ("qos", self.qos),
+            ("time", self.time),
+            ("nodes", self.nodes),
+            ("ntasks-per-node", self.ntasks_per_node),
+            ("cpus-per-task", self.cpus_per_task),
+            ("gpus-per-node", self.gpus_per_node),
+            ("gres", self.gres),
+            ("mem", self.mem),
+            ("constraint", self.constraint),
+            ("array", self.array),
+            ("chdir", self.chdir),
+        ):
+            if value is not None:
+                opts.append((name, str(value)))
+        opts += [("requeue", None), ("open-mode", "append"), ("output", self.output)]
+        if self.error:
+            opts.append(("error", self.error))
+        if self.timelimit_notice:
+            # B: signals only the batch shell, which turns it into a final checkpoint and a requeue.
+            opts.append(("signal", f"B:{self.timelimit_signal}@{self.timelimit_notice}"))
+        if self.mail_user:
+            opts.append(("mail-user", self.mail_user))
+        if self.mail_type:
+            opts.append(("mail-type", self.mail_type))
+        opts.append(("comment", self.comment))
+        return opts + list(self.extra)
+
+
+CONFIG_KEYS = frozenset(
+    """template job_name constraint standard nodes ntasks_per_node cpus_per_task gpus_per_node gres mem
+    time partition account qos output error mail_user mail_type chdir array env setup sbatch comment
+    notice_signal forward_signal fallback_after fallback_pending fallback_to fast_restart
+    timelimit_notice checkpoint_root checkpoint_dir checkpoint_interval checkpoint_seconds mtbp resume_flag
+    sidecar grace
+    nproc_per_node rdzv_port torchrun""".split()  # noqa: SIM905
+)
+LIST_KEYS = ("env", "setup", "sbatch", "resume_flag")
+
+
+def merge_settings(config_section: Mapping[str, Any], cli: Mapping[str, Any]) -> dict[str, Any]:
+    """Config ``[sbatch]`` values overridden by the options given on the command line."""
+    unknown = sorted(set(config_section) - CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[sbatch] has unknown keys {', '.join(unknown)}; known: {', '.join(sorted(CONFIG_KEYS))}"
+        )
+    merged: dict[str, Any] = {}
+    for key, value in config_section.items():
+        merged[key] = _config_list(key, value) if key in LIST_KEYS else value
+    for key, value in cli.items():
+        if key in LIST_KEYS:
+            merged[key] = [*merged.get(key, []), *(value or ())]
+        elif value is not None:
+            merged[key] = value
+    return merged
+
+
+def _config_list(key: str, value: Any) -> list[str]:
+    if key == "env" and isinstance(value, Mapping):
+        return [f"{k}={v}" for k, v in value.items()]
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"[sbatch] {key} must be a list of strings")
+    return [str(v) for v in value]
+
+
+def default_job_name(command: list[str]) -> str:
+    """``python train.py`` -> ``train``; a safe word for names and checkpoint folders."""
+    words = [Path(w).name for w in command if w and not w.startswith("-")]
+    skip = {"python", "python3", "bash", "sh", "srun", "env", "uv", "run"}
+    chosen = next(
+        (w for w in words if w not in skip and not w.startswith("python")), words[0] if words else "job"
+    )
+    stem = chosen.rsplit(".", 1)[0] if "." in chosen[1:] else chosen
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") or "job"
+    return safe[:64]
+
+
+def path_component(name: str) -> str:
+    """A job name made safe as one folder name (no separators, no leading dot)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "job"
+
+
+# ------------------------------------------------------------------------------------------ building
+
+
+def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | None = None) -> JobSpec:
+    """A checked JobSpec from merged settings (see ``merge_settings``) and the command's argv."""
+    s = dict(settings)
+    command = [check_arg("command argument", str(a)) for a in command]
+    template = str(s.get("template") or ("array" if s.get("array") else "plain"))
+    if not command:
+        raise UsageError("no command given: put it after --, e.g. slurm-preempt sbatch -- python train.py")
+    job_name = check_line("--job-name", s.get("job_name") or default_job_name(command))
+    spec = JobSpec(template=template, command=command, job_name=job_name)
+    _resources(spec, s)
+    _placement(spec, s)
+    _preemption(spec, s)
+    _checkpointing(spec, s, job_name, home or Path.home())
+    _torchrun(spec, s)
+    _check_template_fit(spec)
+    return spec
+
+
+def _resources(spec: JobSpec, s: dict) -> None:
+    if s.get("nodes") is not None:
+        spec.nodes = parse_nodes(s["nodes"])
+    for key in ("ntasks_per_node", "cpus_per_task"):
+        if s.get(key) is not None:
+            setattr(spec, key, positive_int("--" + key.replace("_", "-"), s[key]))
+    if s.get("gpus_per_node") is not None:
+        spec.gpus_per_node = check_pattern("--gpus-per-node", s["gpus_per_node"], GPUS_RE, "8 or h100:8")
+    if s.get("gres"):
+        spec.gres = check_pattern("--gres", s["gres"], GRES_RE, "gpu:8 or gpu:a100:2")
+    if s.get("mem"):
+        spec.mem = check_pattern("--mem", s["mem"], MEM_RE, "64G or 4000M")
+    if s.get("time"):
+        spec.time = check_line("--time", s["time"]).strip()
+        spec.time_seconds = parse_time(spec.time)
+
+
+def _placement(spec: JobSpec, s: dict) -> None:
+    for key in ("partition", "account", "qos"):
+        if s.get(key):
+            setattr(spec, key, check_pattern("--" + key, s[key], PLAIN_WORD_RE, "gpu"))
+    if s.get("standard"):
+        spec.constraint = None
+    if s.get("constraint"):
+        spec.constraint = check_pattern("--constraint", s["constraint"], CONSTRAINT_RE, "preemptible&h100")
+    if s.get("output"):
+        spec.output = check_line("--output", s["output"])
+    elif spec.template == "array":
+        spec.output = "%x-%A_%a.out"  # one log per task, stable across that task's requeues
+    if s.get("error"):
+        spec.error = check_line("--error", s["error"])
+    if s.get("mail_user"):
+        spec.mail_user = check_line("--mail-user", s["mail_user"])
+    if s.get("mail_type"):
+        spec.mail_type = check_mail_type(s["mail_type"])
+    if s.get("chdir"):
+        spec.chdir = check_line("--chdir", s["chdir"])
+    if s.get("array"):
+        spec.array = check_pattern("--array", s["array"], ARRAY_RE, "0-9 or 1,3,5-7%2")
+    spec.env = [parse_env(e) for e in s.get("env", [])]
+    spec.setup = [_setup_line(line) for line in s.get("setup", [])]
+    spec.extra = [parse_passthrough(o) for o in s.get("sbatch", [])]
+
+
+def _setup_line(line: str) -> str:
+    text = check_arg("--setup", str(line))
+    if "\n" in text or "\r" in text:
+        raise UsageError("--setup takes one shell line; repeat --setup for more lines")
+    return text
+
+
+def _preemption(spec: JobSpec, s: dict) -> None:
+    notice = parse_signal("--notice-signal", s.get("notice_signal", "USR1"), ("USR1", "USR2"))
+    spec.forward_signal = parse_signal("--forward-signal", s.get("forward_signal", "TERM"), FORWARD_SIGNALS)
+    fallback_to = s.get("fallback_to") or "standard"
+    check_pattern("--fallback-to", fallback_to, CONSTRAINT_RE, "standard")
+    spec.optin = OptIn(
+        opted_in=True,
+        signal=notice,
+        fallback_after=_optional_int("--fallback-after", s.get("fallback_after")),
+        fallback_pending=_optional_int("--fallback-pending", s.get("fallback_pending")),
+        fallback_to=fallback_to,
+        fast_restart=bool(s.get("fast_restart", True)),
+    )
+    if s.get("comment"):
+        spec.user_comment = check_line("--comment", s["comment"])
+    check_line("the job comment", spec.comment)
+    if s.get("timelimit_notice") is not None:
+        spec.timelimit_notice = positive_int("--timelimit-notice", s["timelimit_notice"], 1, 65535)
+        if spec.time_seconds is not None and spec.timelimit_notice >= spec.time_seconds:
+            raise UsageError(
+                f"--timelimit-notice {spec.timelimit_notice} s is not shorter than --time {spec.time}"
+            )
+    spec.sidecar = bool(s.get("sidecar", False))
+    spec.grace = positive_int("--grace", s.get("grace", DEFAULT_GRACE), 1)
+
+
+def _optional_int(option: str, value: Any) -> int | None:
+    return None if value is None else positive_int(option, value)
+
+
+def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
+    if s.get("checkpoint_dir"):
+        spec.checkpoint_dir = check_line("--checkpoint-dir", s["checkpoint_dir"], directive=False)
+    else:
+        root = str(s.get("checkpoint_root") or home / "checkpoints")
+        spec.checkpoint_dir = check_line("checkpoint_root", str(Path(root) / path_component(job_name)), False)
+    interval = s.get("checkpoint_interval")
+    if interval is not None:
+        spec.checkpoint_interval = resolve_interval(str(interval), s)
+    spec.resume_flags = [check_arg("--resume-flag", str(f)) for f in s.get("resume_flag", [])]
+
+
+def resolve_interval(text: str, s: Mapping[str, Any]) -> str:
+    """A number of seconds (or steps) as given, or ``auto``: the Young/Daly interval that
+    ``slurm_preempt.report.advise_interval`` computes from one checkpoint's duration and the mean
+    time between preemptions (both given, e.g. read off ``slurm-preempt report``)."""
+    if text.strip().lower() != "auto":
+        value = text.strip()
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) or float(value) <= 0:
+            raise UsageError(f"--checkpoint-interval {text!r}: give a positive number or auto")
+        return value
+    advise = _advise_interval()
+    if advise is None:
+        raise UsageError("--checkpoint-interval auto needs slurm_preempt.report, missing here; give a number")
+    checkpoint, mtbp = s.get("checkpoint_seconds"), s.get("mtbp")
+    if checkpoint is None or mtbp is None:
+        raise UsageError(
+            "--checkpoint-interval auto needs --checkpoint-seconds (one checkpoint's duration) and "
+            "--mtbp (mean seconds between preemptions, see `slurm-preempt report`); or give a number"
+        )
+    advice = advise(_seconds("--checkpoint-seconds", checkpoint), _seconds("--mtbp", mtbp))
+    if not advice:
+        raise UsageError("--checkpoint-interval auto: no advice for these figures; give a number")
+    return str(max(1, int(round(float(advice["advised_seconds"])))))
+
+
+def _seconds(option: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{option} {value!r} is not a number of seconds") from None
+    if number <= 0:
+        raise UsageError(f"{option} {value}: must be more than 0 seconds")
+    return number
+
+
+def _advise_interval():
+    try:
+        from . import report
+    except ImportError:
+        return None
+    return getattr(report, "advise_interval", None)
+
+
+def _torchrun(spec: JobSpec, s: dict) -> None:
+    default_nproc = 1
+    if spec.gpus_per_node and spec.gpus_per_node.split(":")[-1].isdigit():
+        default_nproc = int(spec.gpus_per_node.split(":")[-1])
+    spec.nproc_per_node = positive_int("--nproc-per-node", s.get("nproc_per_node") or default_nproc, 1)
+    spec.rdzv_port = positive_int("--rdzv-port", s.get("rdzv_port") or DEFAULT_RDZV_PORT, 1024, 65535)
+    if s.get("torchrun"):
+        spec.torchrun = check_arg("--torchrun", str(s["torchrun"]))
+
+
+def _check_template_fit(spec: JobSpec) -> None:
+    if spec.template == "array" and not spec.array:
+        raise UsageError("the array template needs --array RANGE, e.g. --array 0-9")
+    if spec.array and spec.template == "torchrun":
+        raise UsageError("--array does not go with the torchrun template")
+    if spec.array and spec.template == "plain":
+        spec.template = "array"
