@@ -28,84 +28,28 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .durable import checksum_file, copy_durably, fsync_dir, write_durably
 from .errors import CheckpointError
+from .snapshot import (
+    BUFFERS_FILE,
+    BYTES_FILE,
+    MANIFEST,
+    PICKLE_FILE,
+    Snapshot,
+    snapshot_of,
+    snapshot_of_paths,
+)
 
-MANIFEST = "MANIFEST.json"
 PREFIX = "step-"
 FORMAT_VERSION = 1
-_BYTES_FILE = "data.bin"
-_PICKLE_FILE = "state.pkl"
-_BUFFERS_FILE = "state.buffers"
 
 
 def step_name(step: int) -> str:
     return f"{PREFIX}{int(step):012d}"
-
-
-@dataclass
-class Snapshot:
-    """What a save writes: file name -> bytes-like, plus manifest fields. Built in memory, written later."""
-
-    files: dict[str, Any] = field(default_factory=dict)
-    kind: str = "bytes"
-    extra: dict[str, Any] = field(default_factory=dict)
-    copies: dict[str, Path] = field(default_factory=dict)  # name in checkpoint -> file to copy
-    lazy: Any = None  # callable run by the writer (maybe in the background) -> more name: bytes files
-
-
-def snapshot_of(payload: Any) -> Snapshot:
-    """Copy ``payload`` into memory now so the caller may change it while a background save writes.
-
-    bytes -> ``data.bin``; a mapping of names to bytes -> one file each; anything else -> pickle
-    (protocol 5, large buffers out of band so each is copied exactly once).
-    """
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        return Snapshot({_BYTES_FILE: bytes(payload)}, "bytes")
-    if (
-        isinstance(payload, Mapping)
-        and payload
-        and all(
-            isinstance(k, str) and isinstance(v, (bytes, bytearray, memoryview)) for k, v in payload.items()
-        )
-    ):
-        for name in payload:
-            _check_name(name)
-        return Snapshot({k: bytes(v) for k, v in payload.items()}, "files")
-    buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(payload, protocol=5, buffer_callback=buffers.append)
-    copies = [buf.raw().tobytes() for buf in buffers]
-    return Snapshot(
-        {_PICKLE_FILE: head, _BUFFERS_FILE: copies},
-        "pickle",
-        {"buffers": [len(c) for c in copies]},
-    )
-
-
-def snapshot_of_paths(paths: Iterable[Path | str]) -> Snapshot:
-    """Files and folders to copy into a checkpoint under their base names (for shell jobs)."""
-    snap = Snapshot(kind="paths")
-    for item in map(Path, paths):
-        if item.is_dir():
-            for sub in sorted(p for p in item.rglob("*") if p.is_file()):
-                snap.copies[str(Path(item.name) / sub.relative_to(item))] = sub
-        elif item.is_file():
-            snap.copies[item.name] = item
-        else:
-            raise CheckpointError(f"cannot checkpoint {item}: no such file or folder")
-    if not snap.copies:
-        raise CheckpointError("nothing to checkpoint: the paths given hold no files")
-    return snap
-
-
-def _check_name(name: str) -> None:
-    parts = Path(name).parts
-    if not name or name == MANIFEST or Path(name).is_absolute() or ".." in parts:
-        raise CheckpointError(f"bad file name in checkpoint: {name!r}")
 
 
 @dataclass(frozen=True)
@@ -145,7 +89,7 @@ class Checkpoint:
                 return f"{name}: size or checksum differs from the manifest"
         return None
 
-    def read_bytes(self, name: str = _BYTES_FILE) -> bytes:
+    def read_bytes(self, name: str = BYTES_FILE) -> bytes:
         return (self.path / name).read_bytes()
 
     def load(self) -> Any:
@@ -163,12 +107,12 @@ class Checkpoint:
         return self.path
 
     def _load_pickle(self) -> Any:
-        blob = memoryview(self.read_bytes(_BUFFERS_FILE))
+        blob = memoryview(self.read_bytes(BUFFERS_FILE))
         buffers, offset = [], 0
         for length in self.manifest.get("buffers", []):
             buffers.append(blob[offset : offset + length])
             offset += length
-        return pickle.loads(self.read_bytes(_PICKLE_FILE), buffers=buffers)
+        return pickle.loads(self.read_bytes(PICKLE_FILE), buffers=buffers)
 
 
 class CheckpointStore:

@@ -10,8 +10,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import Snapshot
 from .errors import MissingDependencyError
+from .snapshot import Snapshot
 
 FILE = "state.pt"
 
