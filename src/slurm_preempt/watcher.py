@@ -6,8 +6,8 @@
 Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of nodes:
 
 1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
-2. ``squeue -w <nodes> -t running`` only when a node newly started draining (or an earlier round on it
-   failed, or its enforcement moment came): one call for all such nodes;
+2. ``squeue -w <nodes> -t running,configuring`` only when a node newly started draining (or an
+   earlier round on it failed, or its enforcement moment came): one call for all such nodes;
 3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
 
 So at most 3 queries, plus one action command per job acted on (``scancel --signal``, ``scontrol``).
@@ -125,7 +125,7 @@ class Watcher:
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         if due or enforcing:
             names = sorted({e.node for e in due + enforcing})
-            self._act_on_nodes(self.slurm.jobs(nodes=names, states="running"), due, enforcing)
+            self._act_on_nodes(self.slurm.jobs(nodes=names, states="running,configuring"), due, enforcing)
         if self.settings.fast_restart or self.settings.fallback:
             pending = self.slurm.jobs(states="pending")
             for job in pending:
