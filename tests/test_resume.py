@@ -312,3 +312,16 @@ def test_cli_wait_returns_on_a_signal(job):
 def test_examples_are_shipped():
     root = Path(__file__).resolve().parents[1] / "examples"
     assert (root / "train_loop.py").exists() and (root / "train_loop.sbatch").exists()
+
+
+def test_torch_state_through_run(tmp_path, job):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install slurm-preempt[torch])")
+    model = torch.nn.Linear(3, 1)
+    with _run(tmp_path, job, every=2, background=True, torch=True) as run:
+        for step in (1, 2):
+            if run.should_checkpoint(step):
+                run.save(step, {"model": model.state_dict(), "step": step})
+    with _run(tmp_path, job, torch=True) as run:
+        restored = run.restore()
+    assert restored["step"] == 2 and torch.equal(restored["model"]["bias"], model.bias.detach())
+    assert [e["step"] for e in _kinds(job, "checkpoint_saved")] == [2]

@@ -52,11 +52,13 @@ class Run:
         writer: bool | None = None,
         environ: dict | None = None,
         install_signals: bool = True,
+        torch: bool = False,
     ):
         settings = resume_settings()
         self.env = JobEnv.from_environ(environ)
         self.store = CheckpointStore(checkpoint_dir, keep=int(keep or settings.get("keep", 3)))
         self.interval, self.every, self.background = interval, every, background
+        self.torch = torch  # save with torch.save (tensors copied to CPU first) instead of pickle
         self.grace = float(grace if grace is not None else settings.get("grace", DEFAULT_GRACE))
         self.requeue_exit_code = settings.get("requeue_exit_code")
         self.notice_poll = float(settings.get("notice_poll", 1.0))
@@ -247,10 +249,14 @@ class Run:
             node_list=self.env.node_list,
             handled_events=sorted(self._handled_events | self._current_event()),
         )
-        if background:
-            self.store.save_async(step, state, meta)
-            return
-        self._record_saved(self.store.save(step, state, meta))
+        if self.torch:
+            found = self.store.save_torch(step, state, meta, background=background)
+        elif background:
+            found = self.store.save_async(step, state, meta)
+        else:
+            found = self.store.save(step, state, meta)
+        if found is not None:  # a background save is recorded when it is done (next save or wait)
+            self._record_saved(found)
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_step = found.step
