@@ -18,12 +18,23 @@ from pathlib import Path
 import pytest
 
 from clusterutil import ClusterHandle, wait_for
-from slurm_preempt import history, ledger, report, testcluster, timeline
+from slurm_preempt import accounting, history, ledger, report, testcluster, timeline
 from slurm_preempt.slurm import Slurm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 TEST_USER = "sphooks"
 PY = sys.executable
+
+
+def _can_account() -> bool:
+    """Real accounting (MariaDB + slurmdbd) when installed; CI must have it."""
+    try:
+        accounting.check_packages()
+        return True
+    except Exception as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI needs accounting for these tests: {exc}", pytrace=False)
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +51,13 @@ def hcluster(tmp_path_factory):
     if directory.exists() and testcluster.load_state(directory) is None:
         shutil.rmtree(directory)
     spec = testcluster.ClusterSpec(
-        directory=directory, port=port, standard=1, preemptible=3, cpus=8, hooks=True
+        directory=directory,
+        port=port,
+        standard=1,
+        preemptible=3,
+        cpus=8,
+        hooks=True,
+        accounting=_can_account(),
     )
     testcluster.down(directory)
     state = testcluster.up(spec, timeout=120)
@@ -126,6 +143,18 @@ def _requeue_now(hc: ClusterHandle, job_id: str, restarts: int) -> None:
     wait_for(started, 60, 0.5, what=f"job {job_id} running again (restart {restarts})")
 
 
+def _check_three(found, removed, final) -> None:
+    assert [a.number for a in found.attempts] == [0, 1, 2]
+    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["completed"]
+    assert [a.nodes[0] for a in found.attempts[:2]] == removed
+    assert found.attempts[2].nodes == list(final.nodes)
+    assert all(a.start and a.end and a.end >= a.start for a in found.attempts)
+    assert found.attempts[0].last_checkpoint is not None
+    assert 0 < found.attempts[0].lost_seconds < found.attempts[0].run_seconds
+    assert found.attempts[2].lost_seconds == 0
+    assert found.attempts[1].wait_before is not None and found.attempts[1].wait_before >= 0
+
+
 def test_three_attempts_history_report_timeline(hc, tmp_path):
     job_id = _submit(hc, CHECKPOINTING_JOB, "--constraint=preemptible", "--requeue")
     removed = []
@@ -139,17 +168,13 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     final = hc.wait_state(job_id, "COMPLETED", 60)
     wait_for(lambda: len(_events(hc, job_id, "attempt_end")) >= 2 + 2, 30, what="the last attempt_end events")
 
-    found = history.load(job_id, hc.spec.state_dir, Slurm())  # no accounting here: sacct fails
-    assert not found.accounting
-    assert [a.number for a in found.attempts] == [0, 1, 2]
-    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["completed"]
-    assert [a.nodes[0] for a in found.attempts[:2]] == removed
-    assert found.attempts[2].nodes == list(final.nodes)
-    assert all(a.start and a.end and a.end >= a.start for a in found.attempts)
-    assert found.attempts[0].last_checkpoint is not None
-    assert 0 < found.attempts[0].lost_seconds < found.attempts[0].run_seconds
-    assert found.attempts[2].lost_seconds == 0
-    assert found.attempts[1].wait_before is not None and found.attempts[1].wait_before >= 0
+    found = history.load(job_id, hc.spec.state_dir)  # the ledger alone
+    _check_three(found, removed, final)
+    if hc.spec.accounting:
+        merged = history.load(job_id, hc.spec.state_dir, Slurm())
+        assert merged.accounting and [a.source for a in merged.attempts] == ["ledger+sacct"] * 3
+        _check_three(merged, removed, final)
+        assert merged.submit is not None
 
     costs = report.build_report(hc.spec.state_dir, report.Prices(cpu_on_demand=1.0, cpu_preemptible=0.5))
     mine = next(j for j in costs.jobs if j.job_id == job_id)
@@ -159,6 +184,12 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     assert mine.run_hours == pytest.approx(run) and mine.lost_hours == pytest.approx(lost)
     assert mine.cost_preemptible == pytest.approx(run * 0.5)
     assert mine.cost_on_demand == pytest.approx((run - lost) * 1.0)
+
+    if hc.spec.accounting:
+        with_sacct = report.build_report(hc.spec.state_dir, report.Prices(), Slurm())
+        assert with_sacct.accounting
+        merged_cost = next(j for j in with_sacct.jobs if j.job_id == job_id)
+        assert (merged_cost.attempts, merged_cost.preemptions) == (3, 2)
 
     svg = timeline.render_svg(found)
     for attempt in found.attempts:
@@ -330,6 +361,7 @@ def test_garbage_environment_exits_zero(hc, tmp_path):
         done = subprocess.run([str(etc / hook)], env=garbage, capture_output=True, text=True, check=False)
         assert done.returncode == 0, (hook, done.stderr)
         assert done.stdout == ""
+    shutil.rmtree(ledger.job_dir(hc.spec.state_dir, "123456789"), ignore_errors=True)
     odd = {**garbage, "SLURM_JOB_ID": "123456789", "SLURM_JOB_RESTART_COUNT": "x"}
     done = subprocess.run([str(etc / "prolog.d/50-slurm-preempt")], env=odd, check=False)
     assert done.returncode == 0

@@ -215,7 +215,7 @@ def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRec
             unmatched.remove(match)
             attempt.source = "ledger+sacct"
         attempt.start = attempt.start or row.start
-        attempt.end = row.end or attempt.end
+        attempt.end = attempt.end or row.end  # the hooks' times have nanoseconds, sacct's whole seconds
         attempt.nodes = attempt.nodes or list(row.nodes)
         attempt.exit_code = row.exit_code or attempt.exit_code
         attempt.cpus = row.cpus or attempt.cpus

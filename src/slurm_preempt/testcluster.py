@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import hooks, procs
+from . import accounting, hooks, procs
 from .errors import ClusterError, MissingDependencyError, UsageError
 from .procs import Started
 from .slurm import Slurm
@@ -56,6 +56,7 @@ class ClusterSpec:
     kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
     hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.hooks)
+    accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.accounting) so sacct answers
 
     def validate(self) -> None:
         if self.standard < 0 or self.preemptible < 0:
@@ -166,6 +167,8 @@ def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
     lines.append("PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     if spec.hooks:
         lines.extend(hooks.conf_lines(d / "etc"))
+    if spec.accounting:
+        lines.extend(accounting.conf_lines(spec))
     lines.extend(spec.extra_conf)
     return "\n".join(lines) + "\n"
 
@@ -295,6 +298,9 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
         )
         save_state(state)
         _await(lambda: sock.exists(), 10, "munged did not create its socket", state)
+        if spec.accounting:  # slurmctld registers with slurmdbd when it starts
+            state.processes += accounting.start(spec, env, progress)
+            save_state(state)
         progress("starting slurmctld")
         state.processes.append(
             procs.start("slurmctld", [_which("slurmctld"), "-D"], env, d / "log" / "slurmctld.out")

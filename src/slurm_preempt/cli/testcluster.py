@@ -51,9 +51,10 @@ def group():
     help="Seconds to wait for every node to be idle.",
 )
 @click.option("--hooks", is_flag=True, help="Install the prolog/epilog hooks (as `hooks install` does).")
+@click.option("--accounting", is_flag=True, help="Also run slurmdbd with MariaDB so sacct works.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @json_option
-def up(directory, standard, preemptible, cpus, port, timeout, hooks, quiet, as_json):
+def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting, quiet, as_json):
     """Start the cluster (safe to run twice) and wait until every node is idle.
 
     \b
@@ -67,6 +68,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, quiet, as_j
         cpus=cpus,
         port=port,
         hooks=hooks,
+        accounting=accounting,
     )
     say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(f"testcluster: {m}"))
     state = tc.up(spec, timeout=timeout, progress=say)

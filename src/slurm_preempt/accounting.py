@@ -1,0 +1,160 @@
+"""Real Slurm accounting for the local test cluster: MariaDB and slurmdbd under the cluster's folder.
+
+``testcluster up --accounting`` starts, before slurmctld, a private ``mariadbd`` (its own data folder,
+socket and port, root inside the sandbox) and ``slurmdbd`` talking to it, registers the cluster with
+``sacctmgr``, and points slurm.conf at slurmdbd, so ``sacct -D`` answers for real. Debian packages:
+``mariadb-server`` and ``slurmdbd`` (scripts/install-slurm.sh installs them with WITH_ACCOUNTING=1).
+The plain cluster does not pay for any of this.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from . import procs
+from .errors import ClusterError, MissingDependencyError
+from .procs import Started
+
+REQUIRED = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "slurmdbd": "slurmdbd"}
+DB_USER, DB_PASS, DB_NAME = "slurm", "sp-test-only", "slurm_acct_db"  # a private, loopback-only database
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def ports(spec) -> tuple[int, int]:
+    """(MariaDB, slurmdbd): above the 64 node ports that follow slurmctld's."""
+    return spec.port + 66, spec.port + 67
+
+
+def conf_lines(spec) -> list[str]:
+    return [
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={ports(spec)[1]}",
+        # The connection to slurmdbd ignores AuthInfo: its munge socket is given here.
+        f"AccountingStoragePass={spec.munge_socket}",
+    ]
+
+
+def _which(binary: str) -> str:
+    found = shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
+    if not found:
+        raise MissingDependencyError(
+            f"accounting needs {binary}: apt-get install {' '.join(sorted(set(REQUIRED.values())))}"
+        )
+    return found
+
+
+def check_packages() -> None:
+    for binary in REQUIRED:
+        _which(binary)
+
+
+def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[Started]:
+    """Start MariaDB and slurmdbd for ``spec``; return them (the caller stops them with the rest)."""
+    check_packages()
+    d = spec.directory
+    db_port, dbd_port = ports(spec)
+    data, run = d / "mysql", d / "run"
+    started = []
+    if not (data / "mysql").is_dir():
+        progress("creating the MariaDB data folder")
+        _run(
+            [
+                _which("mariadb-install-db"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={data}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            d / "log" / "mariadb-install.log",
+        )
+    sock = run / "mysqld.sock"
+    sock.unlink(missing_ok=True)
+    progress("starting mariadbd")
+    started.append(
+        procs.start(
+            "mariadbd",
+            [
+                _which("mariadbd"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={data}",
+                f"--socket={sock}",
+                f"--port={db_port}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                f"--pid-file={run}/mysqld.pid",
+                f"--log-error={d}/log/mariadb.log",
+                "--innodb-buffer-pool-size=32M",
+            ],
+            env,
+            d / "log" / "mariadb.out",
+        )
+    )
+    if not procs.wait_until(sock.exists, 30, 0.1):
+        raise ClusterError(f"mariadbd did not start; see {d}/log/mariadb.log")
+    grant = (
+        f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASS}'; "
+        f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';"
+    )
+    _run(
+        ["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e", grant], d / "log" / "mariadb.out"
+    )
+    _write_dbd_conf(spec, db_port, dbd_port)
+    progress("starting slurmdbd")
+    started.append(procs.start("slurmdbd", [_which("slurmdbd"), "-D"], env, d / "log" / "slurmdbd.out"))
+    if not procs.wait_until(lambda: _listening(dbd_port), 30, 0.2):
+        raise ClusterError(f"slurmdbd did not listen on port {dbd_port}; see {d}/log/slurmdbd.log")
+    _run(["sacctmgr", "-i", "add", "cluster", spec.name], d / "log" / "sacctmgr.log", env, ok_codes=(0, 1))
+    return started
+
+
+def _write_dbd_conf(spec, db_port: int, dbd_port: int) -> None:
+    d = spec.directory
+    text = (
+        "\n".join(
+            [
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={spec.munge_socket}",
+                "DbdHost=localhost",
+                f"DbdPort={dbd_port}",
+                "SlurmUser=root",
+                f"PidFile={d}/run/slurmdbd.pid",
+                f"LogFile={d}/log/slurmdbd.log",
+                "StorageType=accounting_storage/mysql",
+                "StorageHost=127.0.0.1",
+                f"StoragePort={db_port}",
+                f"StorageUser={DB_USER}",
+                f"StoragePass={DB_PASS}",
+                f"StorageLoc={DB_NAME}",
+            ]
+        )
+        + "\n"
+    )
+    # slurmdbd reads slurmdbd.conf next to slurm.conf and refuses it unless only SlurmUser can read it.
+    path = spec.conf_path.parent / "slurmdbd.conf"
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _run(argv: list[str], log: Path, env: dict[str, str] | None = None, ok_codes=(0,)) -> None:
+    with open(log, "ab") as out:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, check=False, timeout=60)
+    if done.returncode not in ok_codes:
+        raise ClusterError(f"`{' '.join(argv[:3])} ...` failed (exit {done.returncode}); see {log}")

@@ -1,0 +1,102 @@
+"""Cost report: totals from attempts, prices from config, verdicts and interval advice."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_preempt import history, ledger, report
+from slurm_preempt.cli import main
+from slurm_preempt.errors import ConfigError
+from test_history import end, ev, start, three_attempts
+
+
+def test_prices_from_config_default_to_half_price():
+    prices = report.Prices.from_config({"gpu_hour_on_demand": 2.0})
+    assert (prices.gpu_on_demand, prices.gpu_preemptible) == (2.0, 1.0)
+    explicit = report.Prices.from_config({"gpu_hour_on_demand": 2.0, "gpu_hour_preemptible": 0.7})
+    assert explicit.gpu_preemptible == 0.7
+    with pytest.raises(ConfigError):
+        report.Prices.from_config({"preemptible_discount": 5})
+    with pytest.raises(ConfigError):
+        report.Prices.from_config({"gpu_hour_on_demand": "cheap"})
+
+
+def test_job_cost_counts_every_attempt_and_compares_with_on_demand():
+    found = history.build("5", three_attempts())
+    cost = report.job_cost(found, report.Prices.from_config({"gpu_hour_on_demand": 3.0}))
+    assert cost.unit == "GPU-hours" and cost.attempts == 3 and cost.preemptions == 2 and cost.completed
+    # 2 GPUs: runs of 100 s, 30 s and 100.5 s; lost 60 s and 10 s.
+    assert cost.run_hours == pytest.approx(2 * 230.5 / 3600)
+    assert cost.lost_hours == pytest.approx(2 * 70 / 3600)
+    assert cost.cost_preemptible == pytest.approx(cost.run_hours * 1.5)
+    assert cost.cost_on_demand == pytest.approx((cost.run_hours - cost.lost_hours) * 3.0)
+    assert cost.waited_seconds == 30 + 140
+    assert cost.verdict.startswith("worth it")
+
+
+def test_verdict_says_when_preemptible_is_not_worth_it():
+    events = [
+        start(0, 0, "p1"),
+        end(100, 0),
+        start(110, 1, "p2"),
+        end(200, 1),
+        start(210, 2, "p3"),
+        end(220, 2),
+    ]
+    events += [end(220, 2, hook="epilog", node="p3")]
+    found = history.build("5", events)
+    cost = report.job_cost(
+        found, report.Prices.from_config({"gpu_hour_on_demand": 1.0, "preemptible_discount": 0.1})
+    )
+    assert "NOT worth it" in cost.verdict
+
+
+def test_advise_interval_uses_young_daly():
+    advice = report.advise_interval(checkpoint_seconds=2.0, mtbp_seconds=400.0)
+    assert advice["young_seconds"] == pytest.approx((2 * 2.0 * 400.0) ** 0.5, rel=1e-3)
+    assert advice["advised_seconds"] > 0
+    assert report.advise_interval(None, 400.0) is None and report.advise_interval(2.0, None) is None
+    found = history.build("5", three_attempts())
+    cost = report.job_cost(found, report.Prices())
+    assert cost.interval_advice["checkpoint_seconds"] == 3.0  # mean of the two checkpoint costs
+
+
+def _ledger_from(tmp_path, job_id, events):
+    for event in events:
+        fields = {k: v for k, v in event.items() if k not in ("kind", "job_id", "time", "_order")}
+        path = ledger.record(tmp_path, job_id, event["kind"], source="test", **fields)
+        text = path.read_text().replace(path.read_text().split('"time": "')[1].split('"')[0], event["time"])
+        named = path.with_name(f"{event['_order']}-h-1-{event['kind']}.json")
+        named.write_text(text)
+        path.unlink()
+
+
+def test_report_command_from_the_ledger(tmp_path, monkeypatch):
+    _ledger_from(tmp_path, "5", three_attempts())
+    _ledger_from(
+        tmp_path,
+        "6",
+        [
+            ev("attempt_start", 0, restart_count=0, node="n", user="bob", partition="gpu"),
+            ev("attempt_end", 50, restart_count=0, exit_code="0:0", hook="epilog", node="n"),
+        ],
+    )
+    config = tmp_path / "config.toml"
+    config.write_text("[report]\ncpu_hour_on_demand = 1.0\ngpu_hour_on_demand = 4.0\n")
+    monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(config))
+    runner = CliRunner()
+    both = runner.invoke(main, ["report", "--state-dir", str(tmp_path), "--no-sacct", "--json"])
+    assert both.exit_code == 0, both.output
+    import json
+
+    data = json.loads(both.output)
+    assert data["total"]["jobs"] == 2 and data["total"]["preemptions"] == 2 and data["total"]["attempts"] == 4
+    alice = runner.invoke(main, ["report", "--state-dir", str(tmp_path), "--no-sacct", "--user", "alice"])
+    assert "1 job(s)" in alice.output and "worth it" in alice.output
+    bad = runner.invoke(main, ["report", "--state-dir", str(tmp_path), "--since", "yesterday"])
+    assert bad.exit_code == 2 and "not a date" in bad.output and "Traceback" not in bad.output
+    hist = runner.invoke(main, ["history", "5", "--state-dir", str(tmp_path), "--no-sacct"])
+    assert hist.exit_code == 0 and "attempt 2  pre3" in hist.output
+    missing = runner.invoke(main, ["history", "77", "--state-dir", str(tmp_path), "--no-sacct"])
+    assert missing.exit_code == 2 and "no attempt of job 77" in missing.output
