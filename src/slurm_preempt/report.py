@@ -313,7 +313,9 @@ def _hours(value: float) -> str:
 
 
 def _cost(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value >= 1 else f"{value:.4f}"
 
 
 def report_text(report: Report) -> str:
