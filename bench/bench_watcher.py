@@ -115,8 +115,8 @@ def notice_latency(cluster: SmallCluster, drains: int) -> list[float]:
         marker = cluster.work / f"usr1-{job_id}"
         began = time.time()
         cluster.slurm.drain([node], REASON)
-        _wait(marker.exists, 30)
-        latencies.append(float(marker.read_text().split()[0]) - began)
+        stamp = _wait(lambda m=marker: m.exists() and m.read_text().strip(), 30)
+        latencies.append(float(stamp.split()[0]) - began)
         cluster.slurm.cancel(job_id)
         cluster.slurm.resume([node])
         # The watcher must see the node back in service first, so that the next drain is a new event.

@@ -300,3 +300,19 @@ def test_sidecar_alone_gets_a_job_through_a_drain(clean_cluster):
     assert _kinds(cl.spec.state_dir, job_id) == ["notice_sent", "signal_sent"]
     saved = json.loads(Path(side_state).read_text())
     assert saved["told"][f"{job_id}|{node}"]["signal"]
+
+
+def test_broken_state_folder_is_logged_not_raised(tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the state folder should be")
+    lines: list[str] = []
+    sent = SentState(path=blocked / "watcher" / "sent.json")
+    watcher = Watcher(Slurm(), Settings(), sent, blocked, log=lines.append)
+    job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
+    event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
+    assert not actions.tell(watcher.ctx, job, event)  # retried on the next poll
+    watcher.ctx.dirty = True
+    watcher._save()
+    watcher._save()
+    assert any("cannot write the notice" in line for line in lines)
+    assert sum("cannot save the watcher state" in line for line in lines) == 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import config as configmod
 from .actions import Emit
-from .errors import ConfigError, UsageError
+from .errors import ConfigError, SlurmError, UsageError
 from .slurm import Slurm
 from .sources import (
     AWS_BASE,
@@ -136,7 +136,11 @@ def refuse_preemptible_host(slurm: Slurm, feature: str | None, hostname: str | N
     if not feature:
         return
     host = (hostname or socket.gethostname()).split(".")[0]
-    for node in slurm.nodes(names=None):
+    try:
+        found = slurm.nodes(names=[host])  # one node: `sinfo -N` of every node is slow on big clusters
+    except (SlurmError, UsageError):
+        found = slurm.nodes()
+    for node in found:
         if node.name == host and node.has_feature(feature):
             raise UsageError(
                 f"this host is Slurm node {host}, which has feature {feature}: the cluster watcher "

@@ -99,6 +99,7 @@ class Watcher:
         self.ctx = Context(slurm, sent, state_dir, log, emit, save=self._save)
         self._source_failures: dict[str, int] = {}
         self._last_answer: dict[str, list[Drain]] = {}
+        self._save_failed = False
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -232,8 +233,11 @@ class Watcher:
         try:
             self.sent.save()
             self.ctx.dirty = False
+            self._save_failed = False
         except OSError as exc:
-            self.log(f"cannot save the watcher state to {self.sent.path}: {exc} (kept in memory)")
+            if not self._save_failed:  # once per failure spell, not on every poll
+                self.log(f"cannot save the watcher state to {self.sent.path}: {exc} (kept in memory)")
+            self._save_failed = True
 
 
 # ---------------------------------------------------------------------------------------- loop
