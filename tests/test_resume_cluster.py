@@ -134,3 +134,39 @@ def test_shell_job_example_survives_a_drain(clean_cluster):
     log = (workdir / "job.log").read_text()
     assert f"notice: final checkpoint at step {final[0]['step']}" in log
     assert f"attempt 2: resuming at step {final[0]['step']}" in log
+
+
+ARRAY_SCRIPT = """#!/bin/bash
+attempt=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
+if [ "$SLURM_ARRAY_TASK_ID" = 1 ] && [ "$attempt" = 1 ]; then
+    slurm-preempt resume requeue && exit 0
+fi
+echo "$attempt" > "task-$SLURM_ARRAY_TASK_ID.txt"
+"""
+
+
+def test_array_task_requeues_only_itself(clean_cluster):
+    """Task 1 of 0-1 starts last and runs as the array's own id (22.05): a bare `scontrol requeue <id>`
+    there would requeue task 0 as well."""
+    cluster = clean_cluster
+    workdir = cluster.workdir / "array"
+    workdir.mkdir()
+    script = workdir / "array.sbatch"
+    script.write_text(ARRAY_SCRIPT)
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    array_id = cluster.slurm.submit(
+        str(script),
+        ["--array=0-1", "--requeue", f"--chdir={workdir}", "--output=/dev/null", f"--export=ALL,PATH={path}"],
+    )
+
+    def task_one_requeued():
+        tasks = [j for j in cluster.slurm.jobs() if j.array_job_id == array_id and j.array_task_id == "1"]
+        return tasks[0] if tasks and tasks[0].pending and tasks[0].restart_count == 1 else None
+
+    task = wait_for(task_one_requeued, 30, what="array task 1 to requeue itself")
+    # `scontrol update jobid=<that id>` would touch the whole array too: name the task.
+    wait_for(lambda: _release(cluster, f"{array_id}_1"), 30, what="task 1 to be released")
+    wait_for((workdir / "task-1.txt").exists, 30, what="task 1 to run again")
+    assert (workdir / "task-0.txt").read_text().strip() == "1"  # the other task ran once, untouched
+    assert (workdir / "task-1.txt").read_text().strip() == "2"
+    assert _events(Path(cluster.spec.state_dir), task.job_id, "requeued")

@@ -1,6 +1,7 @@
 """What a job learns from its environment, the ledger it writes to, and its ``[resume]`` settings.
 
-Slurm facts (22.05): ``SLURM_JOB_ID`` is the unique id even for an array task (requeue acts on it);
+Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
+id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
 ``SLURM_RESTART_COUNT`` is set only after a restart (unset means 0); ``SLURM_JOB_NUM_NODES`` is the node
 count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's; there is
 no job start time in the environment, so the start of the batch script process (the oldest ancestor
@@ -61,6 +62,8 @@ def job_start_time() -> datetime | None:
 @dataclass(frozen=True)
 class JobEnv:
     job_id: str = ""
+    array_job_id: str = ""
+    array_task_id: str = ""
     restart_count: int = 0
     num_nodes: int = 1
     node_list: str = ""
@@ -83,6 +86,8 @@ class JobEnv:
             notice = str(notice_path(state_dir, job_id))
         return cls(
             job_id=job_id,
+            array_job_id=env.get("SLURM_ARRAY_JOB_ID", "").strip(),
+            array_task_id=env.get("SLURM_ARRAY_TASK_ID", "").strip(),
             restart_count=_int(env, "SLURM_RESTART_COUNT", default=0),
             num_nodes=_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES", default=1),
             node_list=env.get("SLURM_JOB_NODELIST", env.get("SLURM_NODELIST", "")),
@@ -93,6 +98,16 @@ class JobEnv:
             notice_file=Path(notice) if notice else None,
             start_time=job_start_time(),
         )
+
+
+def requeue_id(env: JobEnv) -> str:
+    """The id that names exactly this job to ``scontrol requeue``. For an array task that is
+    ``ARRAY_TASK``: the task Slurm started last keeps the array's own id as its SLURM_JOB_ID (seen on
+    22.05: tasks 0,1,2 of array 100 ran as 101, 102 and 100), and ``scontrol requeue 100`` requeues
+    every task of the array."""
+    if env.array_job_id and env.array_task_id:
+        return f"{env.array_job_id}_{env.array_task_id}"
+    return env.job_id
 
 
 def state_dir_of(env: Mapping[str, str]) -> Path | None:

@@ -1,8 +1,9 @@
 """Requeue this job from inside it: ``scontrol requeue $SLURM_JOB_ID``.
 
-``SLURM_JOB_ID`` is the unique id, so an array task requeues only itself. Slurm then sends the job
-SIGTERM, waits KillWait and sends SIGKILL; the job is PENDING again with its restart count +1. The
-caller must ignore that SIGTERM (``Run`` does) and exit promptly. Import-light: ``slurm.py`` (which
+An array task is named ``ARRAY_TASK`` (never by a bare id that may be the whole array's), so it
+requeues only itself. Slurm then sends the job SIGTERM, waits KillWait and sends SIGKILL; the job is
+PENDING again with its restart count +1. The caller must ignore that SIGTERM (``Run`` does) and exit
+promptly. Import-light: ``slurm.py`` (which
 pulls in ClusterShell) is imported only when a requeue is actually asked for.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .jobenv import JobEnv, LedgerWriter
+from .jobenv import JobEnv, LedgerWriter, requeue_id
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
     from .slurm import Slurm
 
     try:
-        Slurm(timeout=30).requeue(env.job_id)
+        Slurm(timeout=30).requeue(requeue_id(env))
     except SlurmPreemptError as exc:
         return Outcome(False, f"cannot requeue job {env.job_id}: {exc}")
     event_ids = sorted(events)
