@@ -15,6 +15,7 @@ set -C
 
 SP_STATE_DIR=/var/lib/slurm-preempt
 SP_LOG=
+SP_SLURM_GID=  # group of SlurmUser when it is not root (EpilogSlurmctld runs as SlurmUser)
 SP_HERE=${0%/*}
 
 sp_log() {
@@ -32,6 +33,7 @@ sp_read_conf() {
 		case $key in
 		state_dir) SP_STATE_DIR=$value ;;
 		log) SP_LOG=$value ;;
+		slurm_gid) sp_is_number "$value" && SP_SLURM_GID=$value ;;
 		esac
 	done <"$1"
 	return 0
@@ -53,12 +55,14 @@ sp_is_number() {
 	return 0
 }
 
-# stat without following links: "<uid> <octal mode> <type>" per path.
-sp_unsafe_dir() {  # $1 = "uid mode type" line; true when not a root-owned dir others cannot write
+# stat without following links: "<uid> <gid> <octal mode> <type>" per path. True when the folder is
+# not root's, or others can write it, or its group can and that group is not SlurmUser's.
+sp_unsafe_dir() {
 	set -- $1
 	[ "$1" = 0 ] || return 0
-	[ "$3" = directory ] || return 0
-	case $2 in *[2367]? | *[2367]) return 0 ;; esac
+	[ "$4" = directory ] || return 0
+	case $3 in *[2367]) return 0 ;; esac
+	case $3 in *[2367]?) [ -n "$SP_SLURM_GID" ] && [ "$2" = "$SP_SLURM_GID" ] || return 0 ;; esac
 	return 1
 }
 
@@ -89,7 +93,7 @@ sp_init() {
 		return 1
 	fi
 	[ -e "$SP_JOBS" ] || [ -L "$SP_JOBS" ] || mkdir -m 0755 "$SP_JOBS" 2>/dev/null
-	SP_STAT=$(stat -c '%u %a %F' -- "$SP_STATE_DIR/." "$SP_JOBS" 2>/dev/null) || {
+	SP_STAT=$(stat -c '%u %g %a %F' -- "$SP_STATE_DIR/." "$SP_JOBS" 2>/dev/null) || {
 		sp_log "cannot stat $SP_JOBS; job $SP_JOB not recorded"
 		return 1
 	}
@@ -106,15 +110,17 @@ sp_init() {
 }
 
 # The job's folder: created by root, then given to the job's owner (mode 0700) so that the job can
-# add its own events and no other user can read them. Refuses anything but a real folder owned by
-# root or by that user.
+# add its own events and no other user can read them; with a non-root SlurmUser, group SlurmUser's and
+# mode 0770, so that EpilogSlurmctld can add the end. Refuses anything but a real folder owned by root
+# or by that user.
 sp_job_dir() {
 	uid=${SLURM_JOB_UID:-}
-	if mkdir -m 0700 -- "$SP_DIR" 2>/dev/null; then
-		if sp_is_number "$uid" && [ "$uid" != 0 ]; then
-			gid=${SLURM_JOB_GID:-}
-			sp_is_number "$gid" || gid=
-			chown -h -- "$uid${gid:+:$gid}" "$SP_DIR" 2>/dev/null || sp_log "cannot give $SP_DIR to uid $uid"
+	mode=0700 group=
+	if [ -n "$SP_SLURM_GID" ]; then mode=0770 group=$SP_SLURM_GID; fi
+	if mkdir -m "$mode" -- "$SP_DIR" 2>/dev/null; then
+		sp_is_number "$uid" || uid=0
+		if [ "$uid" != 0 ] || [ -n "$group" ]; then
+			chown -h -- "$uid${group:+:$group}" "$SP_DIR" 2>/dev/null || sp_log "cannot give $SP_DIR to uid $uid"
 		fi
 		return 0
 	fi

@@ -137,3 +137,55 @@ def test_install_refuses_a_relative_state_dir(tmp_path):
         main, ["hooks", "install", "--prefix", str(tmp_path), "--state-dir", "a b", "--dry-run"]
     )
     assert result.exit_code == 2 and "absolute path" in result.output
+
+
+def _user(name: str) -> tuple[int, int]:
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", name], check=True)
+        entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+@root_only
+def test_non_root_slurm_user_can_record_ends_and_is_trusted():
+    """Debian runs slurmctld (and so EpilogSlurmctld) as `slurm`: its events must land and be believed."""
+    import shutil
+    import tempfile
+
+    slurm_uid, slurm_gid = _user("slurm")
+    job_uid, job_gid = _user("sphooks")
+    base = Path(tempfile.mkdtemp(prefix="sp-hooks-slurmuser-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    try:
+        prefix, state = base / "etc", base / "state"
+        hooks.install(prefix, state, slurm_user="slurm")
+        jobs = state / "jobs"
+        assert (jobs.stat().st_gid, oct(jobs.stat().st_mode & 0o777)) == (slurm_gid, "0o775")
+        env = {**_env("prolog_slurmd"), "SLURM_JOB_UID": str(job_uid), "SLURM_JOB_GID": str(job_gid)}
+        assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env).returncode == 0
+        folder = jobs / env["SLURM_JOB_ID"]
+        info = folder.stat()
+        assert (info.st_uid, info.st_gid, oct(info.st_mode & 0o777)) == (job_uid, slurm_gid, "0o770")
+        ctld_env = {**_env("epilog_slurmctld_node_fail"), "SLURM_JOB_UID": str(job_uid)}
+        ctld = [f"{k}={v}" for k, v in ctld_env.items()]
+        hook = prefix / "slurm-preempt" / "epilog-slurmctld"
+        done = subprocess.run(["runuser", "-u", "slurm", "--", "env", "-i", *ctld, str(hook)], check=False)
+        assert done.returncode == 0
+        trusted = ledger.trusted_events(state, env["SLURM_JOB_ID"])
+        assert sorted((e["kind"], e["_uid"]) for e in trusted) == [
+            ("attempt_end", slurm_uid),
+            ("attempt_start", 0),
+        ]
+        assert all(f.ok for f in hooks.check(prefix, _write_conf(base, prefix), dry_run=False))
+    finally:
+        shutil.rmtree(base)
+
+
+def _write_conf(base: Path, prefix: Path) -> Path:
+    conf = base / "slurm.conf"
+    conf.write_text("\n".join(hooks.conf_lines(prefix)) + "\n")
+    return conf

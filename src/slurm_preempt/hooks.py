@@ -18,6 +18,7 @@ restart count at allocation, and adding a controller-side script would only add 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from .config import DEFAULT_STATE_DIR
 from .errors import UsageError
+from .ledger import WRITERS
 from .resources import data_dir
 
 DEFAULT_PREFIX = Path("/etc/slurm")
@@ -54,13 +56,24 @@ def conf_lines(prefix: Path) -> list[str]:
     ]
 
 
-def hooks_conf_text(state_dir: Path, log: str = "") -> str:
+def hooks_conf_text(state_dir: Path, log: str = "", slurm_gid: int | None = None) -> str:
     if "\n" in str(state_dir) or " " in str(state_dir) or not Path(state_dir).is_absolute():
         raise UsageError(f"--state-dir must be an absolute path without spaces: {state_dir}")
     return (
         "# slurm-preempt hooks configuration (root-owned; parsed, never executed).\n"
-        f"state_dir={state_dir}\nlog={log}\n"
+        f"state_dir={state_dir}\nlog={log}\n" + (f"slurm_gid={slurm_gid}\n" if slurm_gid is not None else "")
     )
+
+
+def _slurm_ids(slurm_user: str) -> tuple[int, int] | None:
+    """(uid, gid) of a non-root SlurmUser, None for root."""
+    if slurm_user in ("", "root"):
+        return None
+    try:
+        entry = pwd.getpwnam(slurm_user)
+    except KeyError:
+        raise UsageError(f"--slurm-user {slurm_user}: no such user on this machine") from None
+    return (entry.pw_uid, entry.pw_gid) if entry.pw_uid != 0 else None
 
 
 @dataclass
@@ -87,10 +100,16 @@ def install(
     dry_run: bool = False,
     edit_conf: Path | None = None,
     log: str = "",
+    slurm_user: str = "root",
 ) -> InstallResult:
-    """Copy the hooks under ``prefix``, write hooks.conf, create the state folder (root, 0755)."""
+    """Copy the hooks under ``prefix``, write hooks.conf, create the state folder (root, 0755).
+
+    With a non-root ``slurm_user`` (slurm.conf's SlurmUser, as which EpilogSlurmctld runs), ``jobs/``
+    becomes group SlurmUser's and writable by it, and ``<state>/writers`` names it as trusted.
+    """
     prefix, state_dir = Path(prefix).absolute(), Path(state_dir).absolute()
-    conf_text = hooks_conf_text(state_dir, log)
+    ids = _slurm_ids(slurm_user)
+    conf_text = hooks_conf_text(state_dir, log, ids[1] if ids else None)
     result = InstallResult(prefix, state_dir, conf_lines=conf_lines(prefix))
     for (folder, name), (target, mode) in FILES.items():
         source = data_dir(folder) / name
@@ -102,12 +121,23 @@ def install(
     result.actions.append(f"write {prefix / OWN_DIR / 'hooks.conf'} (state_dir={state_dir})")
     for sub in ("", "jobs", "notices"):
         result.actions.append(f"create folder {state_dir / sub} (root, mode 755)")
+    if ids is not None:
+        result.actions.append(
+            f"give {state_dir / 'jobs'} to group {ids[1]} (mode 775) for SlurmUser {slurm_user}"
+        )
+    result.actions.append(f"write {state_dir / WRITERS} (uids whose events are trusted)")
     if dry_run:
         return result
     _write(prefix / OWN_DIR / "hooks.conf", conf_text, 0o644)
     for sub in ("", "jobs", "notices"):
         (state_dir / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(state_dir / sub, 0o755)
+    writers = "0\n"
+    if ids is not None:
+        os.chown(state_dir / "jobs", 0, ids[1])
+        os.chmod(state_dir / "jobs", 0o775)
+        writers += f"{ids[0]}\n"
+    _write(state_dir / WRITERS, writers, 0o644)
     if edit_conf is not None:
         result.conf_edited = str(edit_slurm_conf(Path(edit_conf), result.conf_lines))
     return result
@@ -179,9 +209,11 @@ def check(prefix: Path = DEFAULT_PREFIX, conf: Path | None = None, dry_run: bool
         found += _check_file(prefix / target, executable=bool(mode & 0o100))
     hooks_conf = prefix / OWN_DIR / "hooks.conf"
     found += _check_file(hooks_conf, executable=False)
-    state_dir = read_hooks_conf(hooks_conf).get("state_dir", str(DEFAULT_STATE_DIR))
-    for folder in (Path(state_dir), Path(state_dir) / "jobs"):
-        found.append(_check_state_folder(folder))
+    settings = read_hooks_conf(hooks_conf)
+    state_dir = settings.get("state_dir", str(DEFAULT_STATE_DIR))
+    slurm_gid = int(settings["slurm_gid"]) if settings.get("slurm_gid", "").isdigit() else None
+    found.append(_check_state_folder(Path(state_dir)))
+    found.append(_check_state_folder(Path(state_dir) / "jobs", slurm_gid))
     found += check_conf(conf or _default_conf(), prefix)
     if dry_run and all(f.ok for f in found if "missing" in f.message):
         found += dry_run_hooks(prefix)
@@ -201,10 +233,11 @@ def read_hooks_conf(path: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def _unsafe_mode(info: os.stat_result) -> str:
+def _unsafe_mode(info: os.stat_result, group_ok: int | None = None) -> str:
     if info.st_uid != 0:
         return f"is owned by uid {info.st_uid}, not root"
-    if info.st_mode & 0o022:
+    others = 0o002 if group_ok is not None and info.st_gid == group_ok else 0o022
+    if info.st_mode & others:
         return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
     return ""
 
@@ -246,7 +279,7 @@ def _check_file(path: Path, executable: bool) -> list[Finding]:
     return [Finding(False, p) for p in problems] or [Finding(True, f"{path} ok")]
 
 
-def _check_state_folder(folder: Path) -> Finding:
+def _check_state_folder(folder: Path, group_ok: int | None = None) -> Finding:
     try:
         info = folder.lstat()
     except FileNotFoundError:
@@ -255,7 +288,7 @@ def _check_state_folder(folder: Path) -> Finding:
         )
     if not stat.S_ISDIR(info.st_mode):
         return Finding(False, f"state folder {folder} is not a folder (a symlink?): hooks record nothing")
-    unsafe = _unsafe_mode(info)
+    unsafe = _unsafe_mode(info, group_ok)
     if unsafe:
         return Finding(False, f"state folder {folder} {unsafe}: hooks refuse it and record nothing")
     return Finding(True, f"state folder {folder} ok")

@@ -16,7 +16,8 @@ Every event carries ``kind``, ``job_id``, ``time`` (UTC ISO), ``host`` and ``sou
 Trust: the prolog creates ``jobs/<job_id>/`` as root and gives it to the job's owner with mode 0700, so
 the job can add its own events and no other user can read or add any. ``jobs/`` itself stays root's.
 A reader learns who wrote each file from its owner (``_uid``), never from its content: ``_trusted``
-is true only for a root-owned regular file whose ``job_id`` matches its folder. History believes
+is true only for a regular file of root (or of a uid listed in the root-owned ``<state_dir>/writers``,
+SlurmUser's, for EpilogSlurmctld) whose ``job_id`` matches its folder. History believes
 attempts, notices and signals only when trusted; a job's own events (checkpoints) also from its owner.
 Import-light: standard library only.
 """
@@ -61,6 +62,21 @@ KINDS = (
 
 
 MAX_EVENT_BYTES = 64 * 1024
+WRITERS = "writers"  # <state_dir>/writers: uids (one a line) besides root whose events are trusted
+
+
+def writer_uids(state_dir: Path | str) -> frozenset[int]:
+    """Root, and the uids ``hooks install`` named (SlurmUser), if that file is root's and closed."""
+    uids = {0}
+    try:
+        fd = os.open(Path(state_dir) / WRITERS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return frozenset(uids)
+    with os.fdopen(fd) as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_uid == 0 and not info.st_mode & 0o022 and stat.S_ISREG(info.st_mode):
+            uids |= {int(line) for line in handle.read(4096).split() if line.isdigit()}
+    return frozenset(uids)
 
 
 def job_dir(state_dir: Path | str, job_id: str) -> Path:
@@ -119,6 +135,7 @@ def _read_all(folder: Path) -> Iterator[dict]:
         folder_uid = os.stat(folder).st_uid
     except OSError:
         return
+    trusted_uids = writer_uids(folder.parent.parent)
     for name in names:
         if name.startswith(".") or not name.endswith(".json"):
             continue
@@ -129,7 +146,7 @@ def _read_all(folder: Path) -> Iterator[dict]:
         event["_order"] = int(head) if head.isdigit() else 0
         event["_file"] = name
         event["_folder_uid"] = folder_uid
-        event["_trusted"] = event["_uid"] == 0 and str(event.get("job_id")) == folder.name
+        event["_trusted"] = event["_uid"] in trusted_uids and str(event.get("job_id")) == folder.name
         yield event
 
 

@@ -40,6 +40,12 @@ def group():
     help="Shared folder for the ledger and notices (root-owned, mode 755).",
 )
 @click.option("--log", "log_file", default="", help="Also log hook problems to this file (syslog always).")
+@click.option(
+    "--slurm-user",
+    default="root",
+    show_default=True,
+    help="slurm.conf's SlurmUser (EpilogSlurmctld runs as it; Debian's packages use `slurm`).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")
 @click.option(
     "--edit-conf",
@@ -47,7 +53,7 @@ def group():
     help="Also put the lines into this slurm.conf (a backup is kept). Never done unless asked.",
 )
 @json_option
-def install(prefix, state_dir, log_file, dry_run, edit_conf, as_json):
+def install(prefix, state_dir, log_file, slurm_user, dry_run, edit_conf, as_json):
     """Copy the hooks under --prefix and print the slurm.conf lines they need.
 
     \b
@@ -55,7 +61,9 @@ def install(prefix, state_dir, log_file, dry_run, edit_conf, as_json):
       slurm-preempt hooks install --dry-run
       slurm-preempt hooks install --prefix /etc/slurm --state-dir /shared/sp-state
     """
-    result = lib.install(prefix, state_dir, dry_run=dry_run, edit_conf=edit_conf, log=log_file)
+    result = lib.install(
+        prefix, state_dir, dry_run=dry_run, edit_conf=edit_conf, log=log_file, slurm_user=slurm_user
+    )
     if as_json:
         echo_json(result.to_json())
         return
