@@ -325,3 +325,19 @@ def test_torch_state_through_run(tmp_path, job):
         restored = run.restore()
     assert restored["step"] == 2 and torch.equal(restored["model"]["bias"], model.bias.detach())
     assert [e["step"] for e in _kinds(job, "checkpoint_saved")] == [2]
+
+
+def test_defaults_from_the_sbatch_script_environment(tmp_path, job):
+    env = {
+        **job,
+        "SLURM_PREEMPT_CHECKPOINT_DIR": str(tmp_path / "c"),
+        "SLURM_PREEMPT_CHECKPOINT_INTERVAL": "600",
+    }
+    with Run(environ=env) as run:
+        assert run.store.directory == tmp_path / "c" and run.interval == 600.0
+    with pytest.raises(Exception, match="SLURM_PREEMPT_CHECKPOINT_DIR"):
+        Run(environ=job)
+    saved = _cli(
+        ["save", "--step", "1", __file__], {**job, "SLURM_PREEMPT_CHECKPOINT_DIR": str(tmp_path / "c")}
+    )
+    assert saved.exit_code == 0 and str(tmp_path / "c") in saved.output

@@ -19,6 +19,7 @@ Import-light: standard library only; Slurm commands (and ClusterShell) load only
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -33,6 +34,9 @@ from .errors import CheckpointError, SlurmPreemptError
 from .jobenv import JobEnv, fresh_notice, ledger_writer, resume_settings
 
 DEFAULT_SIGNALS = ("USR1", "TERM")
+# Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
+ENV_CHECKPOINT_DIR = "SLURM_PREEMPT_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
 DEFAULT_GRACE = 30.0
 
 
@@ -41,7 +45,7 @@ class Run:
 
     def __init__(
         self,
-        checkpoint_dir: Path | str,
+        checkpoint_dir: Path | str | None = None,
         interval: float | None = None,
         every: int | None = None,
         keep: int | None = None,
@@ -56,7 +60,13 @@ class Run:
     ):
         settings = resume_settings()
         self.env = JobEnv.from_environ(environ)
-        self.store = CheckpointStore(checkpoint_dir, keep=int(keep or settings.get("keep", 3)))
+        env = os.environ if environ is None else environ
+        folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
+        if not folder:
+            raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
+        self.store = CheckpointStore(folder, keep=int(keep or settings.get("keep", 3)))
+        if interval is None and every is None:
+            interval = _seconds(env.get(ENV_CHECKPOINT_INTERVAL))
         self.interval, self.every, self.background = interval, every, background
         self.torch = torch  # save with torch.save (tensors copied to CPU first) instead of pickle
         self.grace = float(grace if grace is not None else settings.get("grace", DEFAULT_GRACE))
@@ -330,6 +340,14 @@ def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: flo
     time.sleep(wait)
     _say("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
     sys.exit(1)
+
+
+def _seconds(text: str | None) -> float | None:
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value and value > 0 else None
 
 
 def _say(message: str) -> None:

@@ -8,11 +8,21 @@ import click
 
 from ._output import echo_json, json_option
 
+ENVVAR = "SLURM_PREEMPT_CHECKPOINT_DIR"  # exported by scripts from `slurm-preempt sbatch`
 dir_option = click.option(
     "--checkpoint-dir",
     "-d",
     type=click.Path(path_type=Path, file_okay=False),
-    help="The job's checkpoint folder.",
+    envvar=ENVVAR,
+    help=f"The job's checkpoint folder (default ${ENVVAR}).",
+)
+required_dir_option = click.option(
+    "--checkpoint-dir",
+    "-d",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar=ENVVAR,
+    help=f"The job's checkpoint folder (default ${ENVVAR}).",
 )
 
 
@@ -97,7 +107,7 @@ def requeue(checkpoint_dir):
 
 
 @group.command()
-@click.option("--checkpoint-dir", "-d", required=True, type=click.Path(path_type=Path, file_okay=False))
+@required_dir_option
 @click.option("--step", required=True, type=click.IntRange(min=0), help="The step this state belongs to.")
 @click.option("--keep", type=click.IntRange(min=1), help="Checkpoints to keep (default 3 or [resume] keep).")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
@@ -121,7 +131,7 @@ def save(checkpoint_dir, step, keep, paths, as_json):
 
 
 @group.command()
-@click.option("--checkpoint-dir", "-d", required=True, type=click.Path(path_type=Path, file_okay=False))
+@required_dir_option
 @json_option
 def latest(checkpoint_dir, as_json):
     """Print the folder of the newest intact checkpoint (damaged newer ones are skipped with a warning).
