@@ -78,6 +78,18 @@ def checkpoint_step(cluster, name: str) -> int:
         return 0
 
 
+def drain_node_of(cluster, job_id: str) -> str:
+    """Drain the job's node, as a provider does when it reclaims it.
+
+    Besides being what really happens, this keeps the restarted job off the old node: a job released
+    early (starttime=now) that lands on the node it just left is killed there at launch ("Job
+    credential revoked", FAILED, not requeued): that is what Slurm's ~121 s hold protects against.
+    """
+    node = cluster.job(job_id).nodes[0]
+    cluster.slurm.drain([node], "preempted by the test")
+    return node
+
+
 def release_requeued(cluster, job_id: str) -> None:
     """Wait until Slurm has requeued the job, then skip its hold as the watcher would."""
     cluster.wait_state(job_id, "PENDING", timeout=60)
@@ -240,10 +252,11 @@ def test_notice_makes_the_job_checkpoint_requeue_itself_and_resume(clean_cluster
     job_id = submit(cluster, path)
     cluster.wait_state(job_id, "RUNNING")
     wait_for(lambda: checkpoint_step(cluster, "noticed") >= 3, 30, what="a first checkpoint")
+    drained = drain_node_of(cluster, job_id)
     cluster.slurm.signal(job_id, "USR1", batch_only=True)  # what the watcher sends
     release_requeued(cluster, job_id)
     assert cluster.job(job_id).restart_count == 1
-    cluster.wait_state(job_id, "COMPLETED", timeout=60)
+    assert cluster.wait_state(job_id, "COMPLETED", timeout=60).nodes[0] != drained
     log = cluster.workdir / f"noticed-{job_id}.out"
     text = log.read_text()
     assert "SIGUSR1 (preemption notice)" in text and f"requeueing job {job_id}" in text
@@ -326,6 +339,7 @@ def test_scontrol_requeue_sigterm_is_passed_on_and_the_job_resumes(clean_cluster
     job_id = submit(cluster, path)
     cluster.wait_state(job_id, "RUNNING")
     wait_for(lambda: checkpoint_step(cluster, "requeued") >= 3, 30, what="a first checkpoint")
+    drain_node_of(cluster, job_id)
     cluster.slurm.requeue(job_id)
     release_requeued(cluster, job_id)
     cluster.wait_state(job_id, "COMPLETED", timeout=60)
@@ -371,6 +385,7 @@ def test_a_command_that_requeues_itself_is_requeued_once(clean_cluster):
     job_id = submit(cluster, path)
     log = cluster.workdir / f"selfrq-{job_id}.out"
     wait_for(lambda: log.exists() and "command: ready" in log.read_text(), 30, what="the command's trap")
+    drain_node_of(cluster, job_id)
     cluster.slurm.signal(job_id, "USR1", batch_only=True)
     release_requeued(cluster, job_id)
     assert cluster.job(job_id).restart_count == 1
