@@ -77,6 +77,14 @@ def run(quick: bool = False) -> list[dict]:
                     "target": f"<= {TARGET_MS:g} ms",
                 }
             )
+        # For contrast: what the same hook would cost as a Python script importing the ledger.
+        py = Path(scratch) / "pyhook"
+        py.write_text(
+            f"#!{sys.executable} -S\nimport sys; sys.path.insert(0, {str(ROOT / 'src')!r})\n"
+            "from slurm_preempt import ledger\n"
+        )
+        os.chmod(py, 0o755)
+        python_ms = _time_ms(py, "prolog_slurmd", max(10, runs // 5), 2_000_000) - baseline
         start = sum(r["value"] for r in rows if "start" in r["name"])
         end = sum(r["value"] for r in rows if "end" in r["name"])
         for label, value in (
@@ -93,6 +101,16 @@ def run(quick: bool = False) -> list[dict]:
                     "target": f"<= {TARGET_MS:g} ms",
                 }
             )
+        rows.append(
+            {
+                "name": "hooks: Python hook importing the ledger (contrast)",
+                "value": round(python_ms, 2),
+                "unit": "ms",
+                "baseline": f"empty sh hook {baseline:.2f} ms",
+                "ratio": None,
+                "target": "not used: why the hooks are sh",
+            }
+        )
     return rows
 
 

@@ -369,3 +369,17 @@ def test_garbage_environment_exits_zero(hc, tmp_path):
     assert [e["kind"] for e in events] == ["attempt_start"]
     assert events[0]["constraints"] == 'a"b\\c' and events[0]["restart_count"] == 0
     json.dumps(events)  # valid JSON came out of the shell
+
+
+def test_multi_node_attempt_lists_every_node(hc):
+    job_id = _submit(hc, "sleep 1", "--nodes=2", "--constraint=preemptible")
+    final = hc.wait_state(job_id, "COMPLETED", 30)
+    wait_for(
+        lambda: len(_events(hc, job_id, "attempt_end")) >= 3,
+        20,
+        what="both node epilogs and the controller's",
+    )
+    starts = _events(hc, job_id, "attempt_start")
+    assert sorted(e["node"] for e in starts) == sorted(final.nodes) and len(starts) == 2
+    [attempt] = history.load(job_id, hc.spec.state_dir).attempts
+    assert sorted(attempt.nodes) == sorted(final.nodes) and attempt.cause == "completed"
