@@ -170,3 +170,46 @@ def test_array_task_requeues_only_itself(clean_cluster):
     assert (workdir / "task-0.txt").read_text().strip() == "1"  # the other task ran once, untouched
     assert (workdir / "task-1.txt").read_text().strip() == "2"
     assert _events(Path(cluster.spec.state_dir), task.job_id, "requeued")
+
+
+def test_run_inside_a_script_from_slurm_preempt_sbatch(clean_cluster):
+    """The generated batch shell gets USR1 and forwards SIGTERM; Run takes it as the notice, saves,
+    requeues itself; the shell sees the requeue and leaves it alone; the next attempt resumes."""
+    cluster = clean_cluster
+    workdir = cluster.workdir / "sbatch-drill"
+    workdir.mkdir()
+    state_dir = Path(cluster.spec.state_dir)
+    command = [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", "10", "--step-seconds", "0.05"]
+    script = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "slurm-preempt"),
+            "sbatch",
+            "--chdir",
+            str(workdir),
+            "--no-sidecar",
+        ]
+        + ["--output", str(workdir / "job.log"), "--checkpoint-dir", str(workdir / "ckpt"), "--"]
+        + [*command, "--result", str(workdir / "result.json")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (workdir / "job.sh").write_text(script)
+    job_id = cluster.slurm.submit(str(workdir / "job.sh"))
+    node = cluster.wait_state(job_id, "RUNNING").nodes[0]
+    wait_for(lambda: _events(state_dir, job_id, "checkpoint_saved"), 30, what="a periodic checkpoint")
+
+    cluster.slurm.drain([node], "preempted by the test")
+    notice = Notice.for_drain(job_id, node, "preempted by the test", "test", utcnow(), grace_seconds=30)
+    write_notice(notice_path(state_dir, job_id), notice)
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)
+
+    requeued = wait_for(lambda: _events(state_dir, job_id, "requeued"), 30, what="the job to requeue itself")
+    wait_for(lambda: _release(cluster, job_id), 60, what="the requeued job to be pending")
+    wait_for((workdir / "result.json").exists, 60, what="the resumed job to finish")
+
+    result = json.loads((workdir / "result.json").read_text())
+    assert result["value"] == _uninterrupted(workdir)["value"] and result["attempt"] == 2
+    assert len(requeued) == 1 and requeued[0]["event_id"] == notice.event_id
+    resumed = _events(state_dir, job_id, "resumed_from")
+    assert resumed[0]["step"] == requeued[0]["step"]
