@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,13 @@ def _requeue_now(hc: ClusterHandle, job_id: str, restarts: int) -> None:
     wait_for(started, 60, 0.5, what=f"job {job_id} running again (restart {restarts})")
 
 
+def _drain_and_watch(hc: ClusterHandle, node: str) -> None:
+    hc.slurm.drain([node], "preempt")
+    argv = [PY, "-m", "slurm_preempt", "watch", "--cluster", "--once", "--grace", "30"]
+    argv += ["--state-dir", str(hc.spec.state_dir), "--allow-preemptible-host"]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
 def _check_three(found, removed, final) -> None:
     assert [a.number for a in found.attempts] == [0, 1, 2]
     assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["completed"]
@@ -153,6 +161,13 @@ def _check_three(found, removed, final) -> None:
     assert 0 < found.attempts[0].lost_seconds < found.attempts[0].run_seconds
     assert found.attempts[2].lost_seconds == 0
     assert found.attempts[1].wait_before is not None and found.attempts[1].wait_before >= 0
+    first = found.attempts[0]
+    # Slurm records the drain time in whole seconds: it may read up to 1 s before the start.
+    assert (
+        first.notice_time is not None and first.start - timedelta(seconds=1) <= first.notice_time <= first.end
+    )
+    assert (first.deadline - first.notice_time).total_seconds() == 30
+    assert found.attempts[1].notice_time is None
 
 
 def test_three_attempts_history_report_timeline(hc, tmp_path):
@@ -163,6 +178,8 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
         wanted = 2 * restarts
         wait_for(lambda n=wanted: len(_events(hc, job_id, "checkpoint_saved")) >= n, 30, what="checkpoints")
         removed.append(job.nodes[0])
+        if restarts == 1:  # the first time, as a provider does: drain, the watcher tells the job, remove
+            _drain_and_watch(hc, job.nodes[0])
         hc.remove_node(job.nodes[0])
         _requeue_now(hc, job_id, restarts)
     final = hc.wait_state(job_id, "COMPLETED", 60)
@@ -195,6 +212,7 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     for attempt in found.attempts:
         assert attempt.nodes[0] in svg
     assert svg.count('class="attempt"') == 3
+    assert "<title>notice (drain)</title>" in svg and "<title>deadline</title>" in svg
 
 
 def test_taskprolog_exports_paths_with_a_bare_environment(hc):
