@@ -161,6 +161,14 @@ class Run:
             signal.signal(number, handler)
         self._previous_handlers.clear()
 
+    def _ignore_signals(self) -> None:
+        # Our own `scontrol requeue` SIGTERMs the job. A Python handler would swallow it, but the
+        # interpreter puts SIG_DFL back while it shuts down, and a SIGTERM landing then ends the
+        # process with 143 instead of the exit code we chose. SIG_IGN survives the shutdown.
+        if threading.current_thread() is threading.main_thread():
+            for number in self._previous_handlers:
+                signal.signal(number, signal.SIG_IGN)
+
     def _on_signal(self, number, _frame) -> None:
         # A flag only: no I/O, no checkpoint here (that hangs under NCCL/DDP); the step boundary acts.
         if self._requeuing or self._signal_at is not None:
@@ -302,6 +310,7 @@ class Run:
         for the node to go away so Slurm requeues a ``--requeue`` job itself."""
         self.wait()
         self._requeuing = True
+        self._ignore_signals()
         if not self.writer:
             sys.exit(exit_code)
         if not self.env.job_id:
