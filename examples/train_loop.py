@@ -24,7 +24,9 @@ def train_step(state: dict, step: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint-dir", help="default: $SLURM_PREEMPT_CHECKPOINT_DIR (slurm-preempt sbatch)")
+    parser.add_argument(
+        "--checkpoint-dir", help="default: $SLURM_PREEMPT_CHECKPOINT_DIR (slurm-preempt sbatch)"
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", type=int, default=10, help="checkpoint every N steps")
     parser.add_argument("--step-seconds", type=float, default=0.05, help="pretend each step takes this long")
