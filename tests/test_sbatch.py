@@ -383,6 +383,7 @@ def run_locally(script: str, tmp: Path) -> list[str]:
         ["bash", str(path)], env=env, capture_output=True, text=True, timeout=30, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tmp / "log").write_text(proc.stdout + proc.stderr)
     return json.loads((tmp / "argv.json").read_text())
 
 
@@ -415,3 +416,27 @@ def test_awkward_arguments_stay_literal(tmp_path):
     made = make(command=[*argv_dumper(tmp_path / "argv.json"), *awkward], checkpoint_dir=str(tmp_path / "c"))
     assert run_locally(made.script, tmp_path)[1:] == awkward
     assert not Path("/tmp/sp-sbatch-pwned").exists()
+
+
+def test_missing_sidecar_is_one_log_line_and_the_job_still_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(gen, "slurm_preempt_executable", lambda: "/nonexistent/slurm-preempt")
+    made = make(
+        command=[*argv_dumper(tmp_path / "argv.json"), "ok"], sidecar=True, checkpoint_dir=str(tmp_path / "c")
+    )
+    assert run_locally(made.script, tmp_path) == [str(tmp_path / "argv.json"), "ok"]
+    assert (tmp_path / "log").read_text().count("no sidecar watcher") == 1
+
+
+def test_a_non_empty_checkpoint_folder_means_restart_even_without_a_restart_count(tmp_path):
+    ckpt = tmp_path / "c"
+    ckpt.mkdir()
+    (ckpt / "step-100").write_text("x")
+    made = make(
+        command=[*argv_dumper(tmp_path / "argv.json"), "go"],
+        resume_flag=("--resume",),
+        checkpoint_dir=str(ckpt),
+    )
+    assert run_locally(made.script, tmp_path) == [str(tmp_path / "argv.json"), "go", "--resume"]
+    assert "attempt 1 (restart 0)" in (tmp_path / "log").read_text()
+    (ckpt / "step-100").unlink()
+    assert run_locally(made.script, tmp_path) == [str(tmp_path / "argv.json"), "go"]

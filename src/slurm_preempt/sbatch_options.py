@@ -188,16 +188,19 @@ def positive_int(option: str, value: Any, minimum: int = 1, maximum: int | None 
 
 def parse_passthrough(text: str) -> tuple[str, str | None]:
     """``--opt`` or ``--opt=value`` for any sbatch option the generator does not own."""
-    raw = check_line("--sbatch", text).strip()
+    raw = check_line("--sbatch", text).lstrip()
     if not raw.startswith("--"):
         raise UsageError(f"--sbatch {raw!r}: give a long sbatch option, e.g. --sbatch=--exclusive")
     name, sep, value = raw[2:].partition("=")
+    name = name.rstrip()
     if name not in SBATCH_OPTIONS and name != "open-mode":
         raise UsageError(f"--sbatch {raw!r}: --{name} is not an sbatch option")
     if name in OWNED:
         instead = OWNED[name]
         tail = f"; use {instead}" if instead else ""
         raise UsageError(f"--sbatch {raw!r}: --{name} is set by slurm-preempt sbatch{tail}")
+    if sep and not value.strip():
+        raise UsageError(f"--sbatch {raw!r}: --{name}= needs a value")
     return name, (value if sep else None)
 
 
