@@ -182,7 +182,11 @@ def _notice_marks(attempt: Attempt, scale: _Scale, y: float) -> list[str]:
     if attempt.notice_time is not None:
         nx = scale.x(attempt.notice_time)
         out.append(
-            f'<path d="M{nx - 6:.1f},{y + 2} L{nx + 6:.1f},{y + 2} L{nx:.1f},{y + 10} Z" '
+            f'<line x1="{nx:.1f}" y1="{y + 8}" x2="{nx:.1f}" y2="{y + 32}" stroke="{COLORS["notice"]}" '
+            'stroke-width="2"/>'
+        )
+        out.append(
+            f'<path d="M{nx - 6:.1f},{y + 40} L{nx + 6:.1f},{y + 40} L{nx:.1f},{y + 31} Z" '
             f'fill="{COLORS["notice"]}"><title>notice (drain)</title></path>'
         )
     if attempt.deadline is not None:
@@ -228,7 +232,7 @@ def _legend(y: float) -> str:
             f'<line x1="9" y1="-3" x2="9" y2="13" stroke="{COLORS["checkpoint"]}" stroke-width="2"/>',
             "checkpoint",
         ),
-        (f'<path d="M3,0 L15,0 L9,8 Z" fill="{COLORS["notice"]}"/>', "notice"),
+        (f'<path d="M3,10 L15,10 L9,1 Z" fill="{COLORS["notice"]}"/>', "notice (drain)"),
         (
             f'<line x1="9" y1="-3" x2="9" y2="13" stroke="{COLORS["deadline"]}" stroke-width="2" '
             'stroke-dasharray="4,3"/>',
