@@ -16,6 +16,7 @@ Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -113,6 +114,7 @@ def notice_latency(cluster: SmallCluster, drains: int) -> list[float]:
         node = nodes[i % len(nodes)]
         job_id = cluster.submit(node)
         marker = cluster.work / f"usr1-{job_id}"
+        time.sleep(random.uniform(0, 1))  # drain at a random phase of the watcher's 1 s poll
         began = time.time()
         cluster.slurm.drain([node], REASON)
         stamp = _wait(lambda m=marker: m.exists() and m.read_text().strip(), 30)

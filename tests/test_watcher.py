@@ -214,6 +214,8 @@ def test_correlated_drain_of_four_nodes_told_in_one_poll(clean_cluster):
              what="16 handlers")  # fmt: skip
     calm = watcher.poll_once()
     assert calm.actions == {} and calm.queries == 2  # nothing told twice, no per-node query
+    fresh = _watcher(cl)  # a second watcher, its own state empty: the shared ledger stops it
+    assert fresh.poll_once().actions == {}
 
 
 @pytest.mark.cluster

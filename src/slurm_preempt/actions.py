@@ -66,8 +66,24 @@ def tell(ctx: Context, job: Job, event: NodeEvent) -> bool:
     return complete
 
 
+def _in_ledger(ctx: Context, job_id: str, kind: str, event_id: str) -> bool:
+    """Another watcher (a job's sidecar next to the daemon, or a daemon whose state was lost) already
+    did this for this event: the shared ledger says so."""
+    if ctx.state_dir is None:
+        return False
+    try:
+        found = ledger.events(ctx.state_dir, job_id)
+    except (OSError, ValueError):
+        return False
+    return any(e.get("kind") == kind and e.get("event_id") == event_id for e in found)
+
+
 def _write_notice(ctx: Context, job: Job, notice: Notice) -> bool:
     if ctx.sent.done(job.job_id, notice.node, "notice"):
+        return True
+    if _in_ledger(ctx, job.job_id, "notice_sent", notice.event_id):
+        ctx.sent.mark(job.job_id, notice.node, "notice", utcnow(), notice.event_id)
+        ctx.dirty = True
         return True
     fields = {"node": notice.node, "event_id": notice.event_id, "deadline": to_text(notice.deadline)}
     if ctx.state_dir is not None:
@@ -86,6 +102,10 @@ def _write_notice(ctx: Context, job: Job, notice: Notice) -> bool:
 
 
 def _signal(ctx: Context, job: Job, signal: str, notice: Notice) -> bool:
+    if _in_ledger(ctx, job.job_id, "signal_sent", notice.event_id):
+        ctx.sent.mark(job.job_id, notice.node, "signal", utcnow(), notice.event_id)
+        ctx.dirty = True
+        return True
     try:
         ctx.slurm.signal(job.job_id, signal, batch_only=True)
     except JobGoneError:
