@@ -151,9 +151,9 @@ def _drain_and_watch(hc: ClusterHandle, node: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
-def _check_three(found, removed, final) -> None:
+def _check_three(found, removed, final, last_cause: str) -> None:
     assert [a.number for a in found.attempts] == [0, 1, 2]
-    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + ["completed"]
+    assert [a.cause for a in found.attempts] == ["node failure (preempted)"] * 2 + [last_cause]
     assert [a.nodes[0] for a in found.attempts[:2]] == removed
     assert found.attempts[2].nodes == list(final.nodes)
     assert all(a.start and a.end and a.end >= a.start for a in found.attempts)
@@ -186,11 +186,11 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     wait_for(lambda: len(_events(hc, job_id, "attempt_end")) >= 2 + 2, 30, what="the last attempt_end events")
 
     found = history.load(job_id, hc.spec.state_dir)  # the ledger alone
-    _check_three(found, removed, final)
+    _check_three(found, removed, final, "completed or cancelled")  # 22.05's epilogs cannot tell
     if hc.spec.accounting:
         merged = history.load(job_id, hc.spec.state_dir, Slurm())
         assert merged.accounting and [a.source for a in merged.attempts] == ["ledger+sacct"] * 3
-        _check_three(merged, removed, final)
+        _check_three(merged, removed, final, "completed")
         assert merged.submit is not None
 
     costs = report.build_report(hc.spec.state_dir, report.Prices(cpu_on_demand=1.0, cpu_preemptible=0.5))
@@ -400,4 +400,15 @@ def test_multi_node_attempt_lists_every_node(hc):
     starts = _events(hc, job_id, "attempt_start")
     assert sorted(e["node"] for e in starts) == sorted(final.nodes) and len(starts) == 2
     [attempt] = history.load(job_id, hc.spec.state_dir).attempts
-    assert sorted(attempt.nodes) == sorted(final.nodes) and attempt.cause == "completed"
+    assert sorted(attempt.nodes) == sorted(final.nodes) and attempt.cause == "completed or cancelled"
+
+
+def test_cancelled_job_is_told_apart_only_with_accounting(hc):
+    job_id = _submit(hc, "sleep 60")
+    hc.wait_state(job_id, "RUNNING", 30)
+    hc.slurm.cancel(job_id)
+    wait_for(lambda: len(_events(hc, job_id, "attempt_end")) >= 2, 20, what="attempt_end events")
+    assert history.load(job_id, hc.spec.state_dir).attempts[0].cause == "completed or cancelled"
+    if hc.spec.accounting:
+        merged = wait_for(lambda: history.load(job_id, hc.spec.state_dir, Slurm()).attempts[0], 20)
+        assert merged.cause == "cancelled"

@@ -38,6 +38,10 @@ ACCT_CAUSES = {
     "DEADLINE": ("deadline", False),
 }
 PREEMPTED_CAUSES = {"node failure (preempted)", "preempted", "requeued after notice"}
+# Slurm 22.05 gives the epilogs exit code 0:0 both for a job that completed and one that was cancelled:
+# without accounting we say so rather than guess.
+COMPLETED_OR_CANCELLED = "completed or cancelled"
+FINISHED_CAUSES = {"completed", COMPLETED_OR_CANCELLED}
 
 
 @dataclass
@@ -74,7 +78,7 @@ class Attempt:
 
     @property
     def lost_seconds(self) -> float:
-        if self.end is None or self.start is None or self.cause == "completed":
+        if self.end is None or self.start is None or self.cause in FINISHED_CAUSES:
             return 0.0
         since = self.last_checkpoint or self.start
         return max(0.0, (self.end - since).total_seconds())
@@ -305,7 +309,7 @@ def _ledger_cause(attempt: Attempt, later: Attempt | None) -> str:
         return f"killed by signal {_int(sig)} (cancelled or time limit)"
     if _int(code):
         return f"failed (exit {_int(code)})"
-    return "completed"
+    return COMPLETED_OR_CANCELLED
 
 
 def load(job_id: str, state_dir: Path | str, slurm=None) -> JobHistory:

@@ -141,7 +141,7 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
         run_hours=run,
         lost_hours=lost,
         waited_seconds=sum(a.wait_before or 0.0 for a in history.attempts),
-        completed=bool(history.attempts) and history.attempts[-1].cause == "completed",
+        completed=bool(history.attempts) and history.attempts[-1].cause in hist.FINISHED_CAUSES,
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
