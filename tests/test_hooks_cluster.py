@@ -186,7 +186,7 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     wait_for(lambda: len(_events(hc, job_id, "attempt_end")) >= 2 + 2, 30, what="the last attempt_end events")
 
     found = history.load(job_id, hc.spec.state_dir)  # the ledger alone
-    _check_three(found, removed, final, "completed or cancelled")  # 22.05's epilogs cannot tell
+    _check_three(found, removed, final, "completed, cancelled or timed out")  # 22.05's epilogs cannot tell
     if hc.spec.accounting:
         merged = history.load(job_id, hc.spec.state_dir, Slurm())
         assert merged.accounting and [a.source for a in merged.attempts] == ["ledger+sacct"] * 3
@@ -400,7 +400,9 @@ def test_multi_node_attempt_lists_every_node(hc):
     starts = _events(hc, job_id, "attempt_start")
     assert sorted(e["node"] for e in starts) == sorted(final.nodes) and len(starts) == 2
     [attempt] = history.load(job_id, hc.spec.state_dir).attempts
-    assert sorted(attempt.nodes) == sorted(final.nodes) and attempt.cause == "completed or cancelled"
+    assert (
+        sorted(attempt.nodes) == sorted(final.nodes) and attempt.cause == "completed, cancelled or timed out"
+    )
 
 
 def test_cancelled_job_is_told_apart_only_with_accounting(hc):
@@ -408,7 +410,7 @@ def test_cancelled_job_is_told_apart_only_with_accounting(hc):
     hc.wait_state(job_id, "RUNNING", 30)
     hc.slurm.cancel(job_id)
     wait_for(lambda: len(_events(hc, job_id, "attempt_end")) >= 2, 20, what="attempt_end events")
-    assert history.load(job_id, hc.spec.state_dir).attempts[0].cause == "completed or cancelled"
+    assert history.load(job_id, hc.spec.state_dir).attempts[0].cause == "completed, cancelled or timed out"
     if hc.spec.accounting:
         merged = wait_for(lambda: history.load(job_id, hc.spec.state_dir, Slurm()).attempts[0], 20)
         assert merged.cause == "cancelled"

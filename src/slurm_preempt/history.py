@@ -8,7 +8,8 @@ The prolog writes ``attempt_start`` on every node, the controller's EpilogSlurmc
   REQUEUED;
 - from the ledger alone (Slurm 22.05 gives the epilog no job state): a later attempt means the job
   was requeued; if no node epilog ran for it, its node vanished (node failure: preemption); otherwise
-  the exit code tells failed from ended. Cancelled and time limit look like any signal death there.
+  the exit code tells failed from ended. A completed, a cancelled and a timed-out job all end 0:0
+  there, so the ledger alone says "completed, cancelled or timed out".
 
 Work lost = attempt end minus the last durable checkpoint saved in it (the whole attempt when none);
 nothing for a completed attempt.
@@ -38,10 +39,10 @@ ACCT_CAUSES = {
     "DEADLINE": ("deadline", False),
 }
 PREEMPTED_CAUSES = {"node failure (preempted)", "preempted", "requeued after notice"}
-# Slurm 22.05 gives the epilogs exit code 0:0 both for a job that completed and one that was cancelled:
-# without accounting we say so rather than guess.
-COMPLETED_OR_CANCELLED = "completed or cancelled"
-FINISHED_CAUSES = {"completed", COMPLETED_OR_CANCELLED}
+# Slurm 22.05 gives the epilogs exit code 0:0 for a job that completed, was cancelled or hit its time
+# limit (all three captured here): without accounting we say so rather than guess.
+ENDED_ZERO = "completed, cancelled or timed out"
+FINISHED_CAUSES = {"completed", ENDED_ZERO}
 
 
 @dataclass
@@ -306,10 +307,10 @@ def _ledger_cause(attempt: Attempt, later: Attempt | None) -> str:
         return "requeued after notice" if attempt.notice_time else "requeued"
     code, _, sig = attempt.exit_code.partition(":")
     if _int(sig):
-        return f"killed by signal {_int(sig)} (cancelled or time limit)"
+        return f"killed by signal {_int(sig)}"
     if _int(code):
         return f"failed (exit {_int(code)})"
-    return COMPLETED_OR_CANCELLED
+    return ENDED_ZERO
 
 
 def load(job_id: str, state_dir: Path | str, slurm=None) -> JobHistory:
