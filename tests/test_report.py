@@ -100,3 +100,16 @@ def test_report_command_from_the_ledger(tmp_path, monkeypatch):
     assert hist.exit_code == 0 and "attempt 2  pre3" in hist.output
     missing = runner.invoke(main, ["history", "77", "--state-dir", str(tmp_path), "--no-sacct"])
     assert missing.exit_code == 2 and "no attempt of job 77" in missing.output
+
+
+def test_totals_give_figures_for_sbatch_auto_interval_and_failed_verdict():
+    failed = history.build(
+        "7", [start(0, 0, "n1"), end(30, 0, code="2:0", hook="epilog", node="n1"), end(30, 0, code="2:0")]
+    )
+    done = history.build("5", three_attempts())
+    result = report.Report(jobs=[report.job_cost(h, report.Prices()) for h in (done, failed)])
+    totals = result.totals()
+    assert totals["mtbp_seconds"] == pytest.approx((100 + 30 + 100.5 + 30) / 2, abs=0.1)
+    assert totals["checkpoint_seconds"] == 3.0
+    assert result.jobs[1].verdict == "did not complete: failed (exit 2)"
+    assert "sbatch --checkpoint-interval auto" in report.report_text(result)

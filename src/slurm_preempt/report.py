@@ -83,6 +83,9 @@ class JobCost:
     lost_hours: float
     waited_seconds: float
     completed: bool
+    wall_run_seconds: float = 0.0  # attempts' run time, not weighted by CPUs/GPUs (for the MTBP)
+    checkpoint_seconds: float | None = None  # mean measured cost of one checkpoint
+    last_cause: str = ""
     cost_preemptible: float | None = None
     cost_on_demand: float | None = None
     interval_advice: dict | None = None
@@ -142,6 +145,9 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
         lost_hours=lost,
         waited_seconds=sum(a.wait_before or 0.0 for a in history.attempts),
         completed=bool(history.attempts) and history.attempts[-1].cause in hist.FINISHED_CAUSES,
+        wall_run_seconds=sum(a.run_seconds for a in ended),
+        checkpoint_seconds=_mean(history.checkpoint_seconds),
+        last_cause=history.attempts[-1].cause if history.attempts else "",
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
@@ -205,7 +211,7 @@ def verdict(cost: JobCost) -> str:
     if cost.attempts == 0:
         return "no attempt recorded"
     if not cost.completed:
-        return "not finished (yet)"
+        return "still running" if cost.last_cause == "running" else f"did not complete: {cost.last_cause}"
     priced = cost.cost_preemptible is not None and cost.cost_on_demand is not None
     if priced and cost.cost_preemptible >= cost.cost_on_demand:
         return (
@@ -233,6 +239,9 @@ class Report:
 
         run = sum(j.run_hours for j in self.jobs)
         lost = sum(j.lost_hours for j in self.jobs)
+        preemptions = sum(j.preemptions for j in self.jobs)
+        wall = sum(j.wall_run_seconds for j in self.jobs)
+        costs = [j.checkpoint_seconds for j in self.jobs if j.checkpoint_seconds]
         return {
             "jobs": len(self.jobs),
             "attempts": sum(j.attempts for j in self.jobs),
@@ -243,6 +252,9 @@ class Report:
             "goodput": round((run - lost) / run, 3) if run else 1.0,
             "cost_preemptible": total("cost_preemptible"),
             "cost_on_demand": total("cost_on_demand"),
+            # For `slurm-preempt sbatch --checkpoint-interval auto --mtbp ... --checkpoint-seconds ...`
+            "mtbp_seconds": round(wall / preemptions, 1) if preemptions else None,
+            "checkpoint_seconds": round(sum(costs) / len(costs), 3) if costs else None,
         }
 
     def to_json(self) -> dict:
@@ -350,6 +362,12 @@ def report_text(report: Report) -> str:
                 f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
                 f"{advice['mtbp_seconds']:.0f}s)"
             )
+    if t["mtbp_seconds"]:
+        lines.append(
+            f"\nmean time between preemptions {t['mtbp_seconds']:.0f}s over all jobs"
+            + (f", one checkpoint {t['checkpoint_seconds']}s" if t["checkpoint_seconds"] else "")
+            + ": use them with `slurm-preempt sbatch --checkpoint-interval auto`"
+        )
     if t["cost_preemptible"] is None:
         lines.append("\nno prices configured: set [report] gpu_hour_on_demand or cpu_hour_on_demand")
     return "\n".join(lines)
