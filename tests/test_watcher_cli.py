@@ -16,6 +16,7 @@ from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import notice_path, read_notice, to_text
 from slurm_preempt.sentstate import SentState
 from slurm_preempt.slurm import Slurm
+from slurm_preempt.sources import AwsSpotSource
 from slurm_preempt.watchconfig import refuse_preemptible_host
 from slurm_preempt.watcher import Settings, Watcher
 from test_watcher import OPTED, RECORD_SCRIPT, _drain, _kinds, _records, _script, _submit
@@ -136,3 +137,22 @@ def test_enforcement_requeues_a_job_still_running_at_the_deadline(clean_cluster)
     assert _kinds(cl.spec.state_dir, job_id) == ["notice_sent", "signal_sent", "enforced_requeue"]
     assert watcher.poll_once().actions == {}  # once per event
     assert ledger.events(cl.spec.state_dir, job_id)[-1]["node"] == node
+
+
+@pytest.mark.cluster
+def test_sidecar_hears_aws_spot_notice_from_metadata(clean_cluster):
+    cl = clean_cluster
+    job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--constraint=preemptible")
+    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    with ApiServer() as server:
+        aws = AwsSpotSource(node, base_url=server.base_url, timeout=1)
+        watcher = Watcher(Slurm(), Settings(grace=120), SentState(), cl.spec.state_dir, [aws], job_id=job_id)
+        assert watcher.poll_once().actions == {}
+        server.aws_action = {"action": "terminate", "time": "2026-12-01T08:00:00Z"}
+        result = watcher.poll_once()
+    assert result.actions == {"notice_sent": 1, "signal_sent": 1} and result.queries == 2
+    notice = read_notice(notice_path(cl.spec.state_dir, job_id))
+    assert notice.source == "aws" and to_text(notice.deadline) == "2026-12-01T08:00:00Z"
+    wait_for(lambda: any(r.startswith("usr1") for r in _records(cl, job_id)), 20, what="the handler")
+    cl.slurm.cancel(job_id)
+    wait_for(lambda: watcher.poll_once().job_ended, 20, what="the sidecar to see its job end")
