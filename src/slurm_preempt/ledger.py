@@ -18,7 +18,8 @@ the job can add its own events and no other user can read or add any. ``jobs/`` 
 A reader learns who wrote each file from its owner (``_uid``), never from its content: ``_trusted``
 is true only for a regular file of root (or of a uid listed in the root-owned ``<state_dir>/writers``,
 SlurmUser's, for EpilogSlurmctld) whose ``job_id`` matches its folder. History believes
-attempts, notices and signals only when trusted; a job's own events (checkpoints) also from its owner.
+attempts only when trusted; every other kind (checkpoints, notices of a sidecar watcher) also from the
+owner of the job's folder.
 Import-light: standard library only.
 """
 
@@ -35,18 +36,10 @@ from pathlib import Path
 
 from .notice import to_text, utcnow
 
-# Kinds only root (hooks, watcher) may write; from any other owner they are ignored as forged.
-ROOT_KINDS = frozenset(
-    {
-        "attempt_start",
-        "attempt_end",
-        "notice_sent",
-        "signal_sent",
-        "fast_restart",
-        "fallback",
-        "enforced_requeue",
-    }
-)
+# Kinds only root's hooks (or SlurmUser's EpilogSlurmctld) write; from anyone else they are forged.
+# A watcher may run as the job's owner (a sidecar), so its kinds are also believed from the owner: they
+# only speak about the owner's own job.
+ROOT_KINDS = frozenset({"attempt_start", "attempt_end"})
 KINDS = (
     "attempt_start",
     "attempt_end",
