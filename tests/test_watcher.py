@@ -318,3 +318,18 @@ def test_broken_state_folder_is_logged_not_raised(tmp_path):
     watcher._save()
     assert any("cannot write the notice" in line for line in lines)
     assert sum("cannot save the watcher state" in line for line in lines) == 1
+
+
+@pytest.mark.cluster
+def test_job_on_two_draining_nodes_is_told_once(clean_cluster):
+    cl = clean_cluster
+    job_id = _submit(
+        cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--nodes=2", "--constraint=preemptible"
+    )
+    nodes = cl.wait_state(job_id, "RUNNING").nodes
+    assert len(nodes) == 2
+    watcher = _watcher(cl)
+    _drain(cl, nodes)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert watcher.poll_once().actions == {}
+    assert all(watcher.sent.done(job_id, n, "signal") for n in nodes)

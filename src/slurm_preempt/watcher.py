@@ -197,9 +197,15 @@ class Watcher:
         failed: set[str] = set()
         due_nodes = {e.node: e for e in due}
         for job in jobs:
-            for node in job.nodes:
-                if node in due_nodes and not tell(self.ctx, job, due_nodes[node]):
-                    failed.add(node)
+            # A job on several draining nodes is told once, with the earliest deadline of them.
+            mine = sorted((due_nodes[n] for n in job.nodes if n in due_nodes), key=_deadline)
+            if not mine:
+                continue
+            if tell(self.ctx, job, mine[0]):
+                for other in mine[1:]:
+                    self._mark_told(job.job_id, other, mine[0])
+            else:
+                failed.update(e.node for e in mine)
             self._save()
         for event in due:
             event.handled = event.node not in failed
@@ -208,6 +214,13 @@ class Watcher:
                 if event.node in job.nodes:
                     enforce(self.ctx, job, event)
             event.enforced = True
+        self.ctx.dirty = True
+
+    def _mark_told(self, job_id: str, event: NodeEvent, told_with: NodeEvent) -> None:
+        moment = utcnow()
+        told = f"{told_with.node}@{to_text(told_with.drain_time)}"
+        for what in ("notice", "signal"):
+            self.sent.mark(job_id, event.node, what, moment, told)
         self.ctx.dirty = True
 
     def _source_drains(self) -> list[Drain]:
@@ -238,6 +251,10 @@ class Watcher:
             if not self._save_failed:  # once per failure spell, not on every poll
                 self.log(f"cannot save the watcher state to {self.sent.path}: {exc} (kept in memory)")
             self._save_failed = True
+
+
+def _deadline(event: NodeEvent) -> datetime:
+    return event.drain_time + timedelta(seconds=event.grace)
 
 
 # ---------------------------------------------------------------------------------------- loop
