@@ -215,7 +215,8 @@ def check(prefix: Path = DEFAULT_PREFIX, conf: Path | None = None, dry_run: bool
     found.append(_check_state_folder(Path(state_dir)))
     found.append(_check_state_folder(Path(state_dir) / "jobs", slurm_gid))
     found += check_conf(conf or _default_conf(), prefix)
-    if dry_run and all(f.ok for f in found if "missing" in f.message):
+    nothing_missing = not any("is missing" in f.message for f in found if not f.ok)
+    if dry_run and nothing_missing:  # a dry run of an incomplete installation would only repeat that
         found += dry_run_hooks(prefix)
     return found
 
