@@ -33,6 +33,7 @@ from .watcher import Log, Settings, Watcher, load_sent, state_path
 KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
 DEFAULTS: dict[str, Any] = {
     "interval": 5.0,
+    "sidecar_interval": 5.0,  # a modest rate: every job of a user runs one
     "grace": 300.0,
     "feature": "preemptible",
     "reasons": [r"^TogetherPreemptionNotified"],
@@ -170,6 +171,8 @@ def build(
         raise ConfigError(f"--config {config_file} does not exist")
     conf = configmod.load(paths)
     values = merged(conf.section("watch"), overrides)
+    if job_id is not None and overrides.get("interval") is None:
+        values["interval"] = values["sidecar_interval"]
     settings = settings_from(values)
     slurm = Slurm(timeout=float(values["slurm_timeout"]))
     local_node = None
