@@ -7,7 +7,9 @@ Only Slurm acts on jobs (``scancel --signal``, ``scontrol update/requeue``): no 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -56,70 +58,155 @@ class Context:
 def tell(ctx: Context, job: Job, event: NodeEvent) -> bool:
     """Notice file, then signal if the job opted in; each exactly once per job and node event.
     Returns False when something must be retried on the next poll."""
+    return not tell_many(ctx, [(job, event)])
+
+
+@dataclass
+class _Delivery:
+    """One job's notice and signal: planned, delivered, then recorded (in that order for all jobs)."""
+
+    job: Job
+    notice: Notice
+    write: bool  # the notice file is still to be written
+    signal: str | None  # the signal still to be sent
+    wrote: str = ""  # the path written
+    failure: str = ""  # why the notice could not be written
+    signalled: str = ""  # "ok", "gone", or "" with signal_error set
+    signal_error: str = ""
+
+
+# scancel names each job it could not signal: "scancel: error: Kill job error on job id 12: <why>".
+_SCANCEL_FAILED = re.compile(r"job id (\d+)\S*:?\s*(.*)")
+_GONE_WORDS = ("Invalid job id", "already finished", "already completing")
+
+
+def tell_many(ctx: Context, pairs: list[tuple[Job, NodeEvent]]) -> set[str]:
+    """Tell many jobs at once (a correlated preemption drains many nodes): every notice file first
+    (written in worker threads), then one ``scancel`` per signal name for all the jobs. What was done
+    is recorded as soon as it is done. Returns the ids of jobs to retry on the next poll."""
+    plans = [p for p in (_plan(ctx, job, event) for job, event in pairs) if p.write or p.signal]
+    retry: set[str] = set()
+    if ctx.state_dir is not None and sum(p.write for p in plans) > 1:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda p: _write(ctx.state_dir, p), plans))
+    else:
+        for plan in plans:
+            _write(ctx.state_dir, plan)
+    for plan in plans:
+        if not _record_notice(ctx, plan):
+            retry.add(plan.job.job_id)
+    groups = [
+        _chunk([p for p in plans if p.signal == sig]) for sig in sorted({p.signal for p in plans if p.signal})
+    ]
+    chunks = [chunk for group in groups for chunk in group]
+    if len(chunks) > 1:
+        # scancel signals its jobs one RPC after another: a few of them side by side go faster.
+        with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+            list(pool.map(lambda c: _signal_group(Slurm(ctx.slurm.timeout, ctx.slurm.env), c), chunks))
+    elif chunks:
+        _signal_group(ctx.slurm, chunks[0])
+    for chunk in chunks:
+        retry.update(p.job.job_id for p in chunk if not _record_signal(ctx, p))
+    return retry
+
+
+def _chunk(plans: list[_Delivery], parts: int = 4, least: int = 8) -> list[list[_Delivery]]:
+    size = max(least, -(-len(plans) // parts))
+    return [plans[i : i + size] for i in range(0, len(plans), size)]
+
+
+def _plan(ctx: Context, job: Job, event: NodeEvent) -> _Delivery:
     wish = optin.parse(job.comment)
     notice = Notice.for_drain(
         job.job_id, event.node, event.reason, event.source, event.drain_time, event.grace
     )
-    complete = _write_notice(ctx, job, notice)
-    if wish.signal and not ctx.sent.done(job.job_id, event.node, "signal"):
-        complete = _signal(ctx, job, wish.signal, notice) and complete
-    return complete
+    write = not _already(ctx, job.job_id, notice, "notice")
+    signal = wish.signal if wish.signal and not _already(ctx, job.job_id, notice, "signal") else None
+    return _Delivery(job, notice, write, signal)
 
 
-def _in_ledger(ctx: Context, job_id: str, kind: str, event_id: str) -> bool:
-    """Another watcher (a job's sidecar next to the daemon, or a daemon whose state was lost) already
-    did this for this event: the shared ledger says so."""
+def _already(ctx: Context, job_id: str, notice: Notice, what: str) -> bool:
+    """Done by us (sent-state), or by another watcher (a job's sidecar next to the daemon, or a daemon
+    whose state was lost): the shared ledger says so."""
+    if ctx.sent.done(job_id, notice.node, what):
+        return True
     if ctx.state_dir is None:
         return False
     try:
         found = ledger.events(ctx.state_dir, job_id)
     except (OSError, ValueError):
         return False
-    return any(e.get("kind") == kind and e.get("event_id") == event_id for e in found)
-
-
-def _write_notice(ctx: Context, job: Job, notice: Notice) -> bool:
-    if ctx.sent.done(job.job_id, notice.node, "notice"):
-        return True
-    if _in_ledger(ctx, job.job_id, "notice_sent", notice.event_id):
-        ctx.sent.mark(job.job_id, notice.node, "notice", utcnow(), notice.event_id)
+    kind = f"{what}_sent"
+    if any(e.get("kind") == kind and e.get("event_id") == notice.event_id for e in found):
+        ctx.sent.mark(job_id, notice.node, what, utcnow(), notice.event_id)
         ctx.dirty = True
         return True
-    fields = {"node": notice.node, "event_id": notice.event_id, "deadline": to_text(notice.deadline)}
-    if ctx.state_dir is not None:
-        path = notice_path(ctx.state_dir, job.job_id)
-        try:
-            write_notice(path, notice)
-        except OSError as exc:
-            ctx.log(f"cannot write the notice of job {job.job_id} to {path}: {exc}")
-            return False
-        fields["path"] = str(path)
-    ctx.sent.mark(job.job_id, notice.node, "notice", utcnow(), notice.event_id)
+    return False
+
+
+def _write(state_dir: Path | None, plan: _Delivery) -> None:
+    """Runs in a worker thread: file I/O only."""
+    if not plan.write or state_dir is None:
+        return
+    path = notice_path(state_dir, plan.job.job_id)
+    try:
+        write_notice(path, plan.notice)
+        plan.wrote = str(path)
+    except OSError as exc:
+        plan.failure = f"cannot write the notice of job {plan.job.job_id} to {path}: {exc}"
+
+
+def _signal_group(slurm: Slurm, group: list[_Delivery]) -> None:
+    """Runs in a worker thread (its own Slurm): one scancel for jobs that all want the same signal."""
+    signal = group[0].signal
+    try:
+        stderr = slurm.signal_many([p.job.job_id for p in group], signal, batch_only=True)
+    except SlurmError as exc:  # timeout, no scancel: nothing is known to be sent; retried next poll
+        for plan in group:
+            plan.signal_error = str(exc)
+        return
+    failed = {m.group(1): m.group(2) for m in map(_SCANCEL_FAILED.search, stderr.splitlines()) if m}
+    for plan in group:
+        why = failed.get(plan.job.job_id)
+        if stderr.strip() and not failed:
+            plan.signal_error = stderr.strip().splitlines()[0]  # an error naming no job: retry all
+        elif why is None:
+            plan.signalled = "ok"
+        elif any(word in why for word in _GONE_WORDS):
+            plan.signalled = "gone"
+        else:
+            plan.signal_error = why
+
+
+def _record_notice(ctx: Context, d: _Delivery) -> bool:
+    if not d.write:
+        return True
+    if d.failure:
+        ctx.log(d.failure)
+        return False
+    job_id, notice = d.job.job_id, d.notice
+    ctx.sent.mark(job_id, notice.node, "notice", utcnow(), notice.event_id)
     ctx.dirty = True
-    ctx.log(f"job {job.job_id}: notice for {notice.event_id}, deadline {to_text(notice.deadline)}")
-    ctx.did("notice_sent", job.job_id, reason=notice.reason, source_kind=notice.source, **fields)
+    ctx.log(f"job {job_id}: notice for {notice.event_id}, deadline {to_text(notice.deadline)}")
+    fields = {"node": notice.node, "event_id": notice.event_id, "deadline": to_text(notice.deadline)}
+    if d.wrote:
+        fields["path"] = d.wrote
+    ctx.did("notice_sent", job_id, reason=notice.reason, source_kind=notice.source, **fields)
     return True
 
 
-def _signal(ctx: Context, job: Job, signal: str, notice: Notice) -> bool:
-    if _in_ledger(ctx, job.job_id, "signal_sent", notice.event_id):
-        ctx.sent.mark(job.job_id, notice.node, "signal", utcnow(), notice.event_id)
-        ctx.dirty = True
-        return True
-    try:
-        ctx.slurm.signal(job.job_id, signal, batch_only=True)
-    except JobGoneError:
-        ctx.log(f"job {job.job_id} ended before it could be signalled")
-        ctx.sent.mark(job.job_id, notice.node, "signal", utcnow(), notice.event_id)
-        ctx.dirty = True
-        return True
-    except SlurmError as exc:
-        ctx.log(f"job {job.job_id}: signal {signal} failed, will retry: {exc}")
+def _record_signal(ctx: Context, d: _Delivery) -> bool:
+    job_id, notice = d.job.job_id, d.notice
+    if d.signal_error:
+        ctx.log(f"job {job_id}: signal {d.signal} failed, will retry: {d.signal_error}")
         return False
-    ctx.sent.mark(job.job_id, notice.node, "signal", utcnow(), notice.event_id)
+    ctx.sent.mark(job_id, notice.node, "signal", utcnow(), notice.event_id)
     ctx.dirty = True
-    ctx.log(f"job {job.job_id}: sent SIG{signal} to its batch shell")
-    ctx.did("signal_sent", job.job_id, signal=signal, node=notice.node, event_id=notice.event_id)
+    if d.signalled == "gone":
+        ctx.log(f"job {job_id} ended before it could be signalled")
+        return True
+    ctx.log(f"job {job_id}: sent SIG{d.signal} to its batch shell")
+    ctx.did("signal_sent", job_id, signal=d.signal, node=notice.node, event_id=notice.event_id)
     return True
 
 

@@ -143,6 +143,19 @@ class Slurm:
             argv.append("--full")
         self.run([*argv, str(job_id)])
 
+    def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only=False) -> str:
+        """One ``scancel --signal`` for many jobs (a correlated preemption: one process, not one per job).
+        scancel signals every job it can and names each one it could not on stderr, which is returned
+        ("" when all were signalled). A timeout or a missing scancel still raises."""
+        argv = ["scancel", f"--signal={signal}", *(["--batch"] if batch_only else []), *map(str, job_ids)]
+        try:
+            self.run(argv)
+        except (SlurmTimeoutError, SlurmNotFoundError):
+            raise
+        except SlurmError as exc:
+            return exc.stderr or str(exc)
+        return ""
+
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", str(job_id)])
 

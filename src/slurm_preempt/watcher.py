@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from . import sentstate
-from .actions import Context, Emit, Log, enforce, enforce_due, restart, tell
+from .actions import Context, Emit, Log, enforce, enforce_due, restart, tell_many
 from .errors import SlurmError, UsageError
 from .notice import to_text, utcnow
 from .sentstate import NodeEvent, SentState
@@ -196,17 +196,19 @@ class Watcher:
     def _act_on_nodes(self, jobs: list[Job], due: list[NodeEvent], enforcing: list[NodeEvent]) -> None:
         failed: set[str] = set()
         due_nodes = {e.node: e for e in due}
-        for job in jobs:
-            # A job on several draining nodes is told once, with the earliest deadline of them.
-            mine = sorted((due_nodes[n] for n in job.nodes if n in due_nodes), key=_deadline)
-            if not mine:
+        # A job on several draining nodes is told once, with the earliest deadline of them.
+        mine = {
+            j.job_id: sorted((due_nodes[n] for n in j.nodes if n in due_nodes), key=_deadline) for j in jobs
+        }
+        pairs = [(job, mine[job.job_id][0]) for job in jobs if mine[job.job_id]]
+        retry = tell_many(self.ctx, pairs)
+        for job, first in pairs:
+            if job.job_id in retry:
+                failed.update(e.node for e in mine[job.job_id])
                 continue
-            if tell(self.ctx, job, mine[0]):
-                for other in mine[1:]:
-                    self._mark_told(job.job_id, other, mine[0])
-            else:
-                failed.update(e.node for e in mine)
-            self._save()
+            for other in mine[job.job_id][1:]:
+                self._mark_told(job.job_id, other, first)
+        self._save()
         for event in due:
             event.handled = event.node not in failed
         for event in enforcing:
