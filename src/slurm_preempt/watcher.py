@@ -10,7 +10,8 @@ Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of
    earlier round on it failed, or its enforcement moment came): one call for all such nodes;
 3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
 
-So at most 3 queries, plus one action command per job acted on (``scancel --signal``, ``scontrol``).
+So at most 3 queries, plus the actions: one ``scancel --signal`` for all jobs told (in a few chunks
+run side by side) and one ``scontrol update`` per job restarted or moved.
 
 Sidecar (``job_id`` set, run by the job itself): ``squeue -j J`` then ``sinfo -n <J's nodes>``; it tells
 only its own job and ends when the job stops running.
