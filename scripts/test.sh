@@ -3,6 +3,7 @@
 # local Slurm cluster). Under CI=true a missing Slurm fails the run instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export WITH_ACCOUNTING="${WITH_ACCOUNTING:-1}"  # slurmdbd + MariaDB for the sacct tests
 bash scripts/setup.sh
 echo "== lint"
 .venv/bin/ruff check src tests bench

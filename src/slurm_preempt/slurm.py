@@ -160,7 +160,11 @@ class Slurm:
         self.run(["scancel", str(job_id)])
 
     def requeue(self, job_id: str) -> None:
-        """Requeue one job or one array task (by its unique id, never the whole array)."""
+        """Requeue one job, or one array task named ``A_T``.
+
+        Name array tasks ``A_T`` (``Job.display_id``): on 22.05 one task of an array carries the
+        array's own id as its job id, and requeueing that id requeues every task of the array.
+        """
         self.run(["scontrol", "requeue", str(job_id)])
 
     def update_job(self, job_id: str, **fields: str) -> None:
