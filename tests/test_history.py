@@ -132,3 +132,17 @@ def test_text_and_json_render():
     text = history.history_text(found)
     assert "attempt 1  pre2" in text and "ended: node failure (preempted)" in text
     assert found.to_json()["attempts"][0]["lost_seconds"] == 60.0
+
+
+def test_self_requeue_ends_counted_for_the_attempt_that_ended(data_dir):
+    """A real ledger (the demo: three notices, each followed by `scontrol requeue` from the job).
+
+    Slurm raises the restart count before the epilogs of a requeued attempt run, so each end arrives
+    with the next attempt's number: history must still pair every end with its own start.
+    """
+    found = history.from_ledger("28056304", data_dir / "ledger-self-requeue")
+    assert [a.number for a in found.attempts] == [0, 1, 2, 3]
+    assert [a.nodes for a in found.attempts] == [["pre1"], ["pre2"], ["pre1"], ["pre2"]]
+    for attempt in found.attempts:
+        assert attempt.start < attempt.end
+    assert all(a.lost_seconds < 1 for a in found.attempts)  # final checkpoint just before each end

@@ -178,8 +178,24 @@ def _cpus(per_node: str) -> int:
     return total
 
 
+def _end_number(by_number: dict[int, Attempt], number: int, event: dict) -> int:
+    """The attempt an ``attempt_end`` belongs to (events arrive in time order).
+
+    After ``scontrol requeue`` Slurm raises the restart count before the epilogs run, so the end of
+    attempt N arrives saying N+1. An end of N+1 before N+1 started, on N's nodes, is N's.
+    """
+    current, previous = by_number.get(number), by_number.get(number - 1)
+    started = current is not None and current.start is not None
+    if number == 0 or started or previous is None or previous.start is None:
+        return number
+    nodes = set(expand_nodes(str(event.get("nodes", "")))) if event.get("nodes") else set()
+    return number - 1 if nodes and nodes <= set(previous.nodes) else number
+
+
 def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event: dict) -> None:
     number = _int(event.get("restart_count", 0))
+    if event["kind"] == "attempt_end":
+        number = _end_number(by_number, number, event)
     attempt = by_number.setdefault(number, Attempt(number))
     moment = _time(event)
     history.user = history.user or str(event.get("user", ""))

@@ -266,8 +266,25 @@ def _prepare_dirs(spec: ClusterSpec) -> None:
             out.write(os.urandom(1024))
 
 
+def _check_ports(spec: ClusterSpec) -> None:
+    """Fail early, in one line, when another cluster (or anything else) holds our ports."""
+    import socket
+
+    for port in range(spec.port, spec.port + len(spec.node_names) + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                raise ClusterError(
+                    f"port {port} is in use (another test cluster?): choose another --port, or stop "
+                    "the other one with `slurm-preempt testcluster down --dir ...`"
+                ) from None
+
+
 def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterState:
     began = time.monotonic()
+    _check_ports(spec)
     _prepare_dirs(spec)
     d = spec.directory
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
