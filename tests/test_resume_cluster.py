@@ -139,6 +139,7 @@ def test_shell_job_example_survives_a_drain(clean_cluster):
 ARRAY_SCRIPT = """#!/bin/bash
 attempt=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))
 if [ "$SLURM_ARRAY_TASK_ID" = 1 ] && [ "$attempt" = 1 ]; then
+    echo "$SLURMD_NODENAME" > left-node.txt
     slurm-preempt resume requeue && exit 0
 fi
 echo "$attempt" > "task-$SLURM_ARRAY_TASK_ID.txt"
@@ -164,9 +165,14 @@ def test_array_task_requeues_only_itself(clean_cluster):
         return tasks[0] if tasks and tasks[0].pending and tasks[0].restart_count == 1 else None
 
     task = wait_for(task_one_requeued, 30, what="array task 1 to requeue itself")
+    # Released at once onto the node it just left, Slurm would kill it at launch ("Job credential
+    # revoked"): in a real preemption that node is drained, so drain it here too.
+    left = (workdir / "left-node.txt").read_text().strip()
+    cluster.slurm.drain([left], "preempted")
     # `scontrol update jobid=<that id>` would touch the whole array too: name the task.
     wait_for(lambda: _release(cluster, f"{array_id}_1"), 30, what="task 1 to be released")
     wait_for((workdir / "task-1.txt").exists, 30, what="task 1 to run again")
+    cluster.slurm.resume([left])
     assert (workdir / "task-0.txt").read_text().strip() == "1"  # the other task ran once, untouched
     assert (workdir / "task-1.txt").read_text().strip() == "2"
     assert _events(Path(cluster.spec.state_dir), task.job_id, "requeued")

@@ -254,8 +254,10 @@ def test_fallback_to_standard_after_k_preemptions(clean_cluster):
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), comment, "--constraint=preemptible")
     watcher = _watcher(cl)
     for restarts in (1, 2):
-        cl.wait_state(job_id, "RUNNING")
-        cl.slurm.requeue(job_id)  # what a preemption does to the job
+        node = cl.wait_state(job_id, "RUNNING").nodes[0]
+        cl.slurm.drain([node], REASON)  # the provider takes the node ...
+        watcher.poll_once()  # ... the watcher tells the job ...
+        cl.slurm.requeue(job_id)  # ... and the job leaves (as enforcement would make it)
         wait_for(lambda: cl.job(job_id).reason == "BeginTime", 30, what="requeued, waiting BeginTime")
 
         def polled_and_running():
@@ -264,7 +266,8 @@ def test_fallback_to_standard_after_k_preemptions(clean_cluster):
             return job if job.state == "RUNNING" else None
 
         job = wait_for(polled_and_running, 30, interval=0.5, what="fast restart")
-        assert job.restart_count == restarts
+        assert job.restart_count == restarts and node not in job.nodes
+        cl.slurm.resume([node])
     assert job.nodes[0].startswith("std") and job.features == "standard"
     (fallback,) = [e for e in ledger.events(cl.spec.state_dir, job_id) if e["kind"] == "fallback"]
     assert "preempted 2 times" in fallback["why"] and fallback["after"] == "standard"

@@ -244,8 +244,20 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
         return
     if fallback:
         _fallback(ctx, job, wish, now)
-    if fast and wish.fast_restart and job.reason == "BeginTime" and job.restart_count > 0:
+    requeued = job.reason == "BeginTime" and job.restart_count > 0
+    if fast and wish.fast_restart and requeued and _left_nodes_still_away(ctx, job):
         _fast_restart(ctx, job)
+
+
+def _left_nodes_still_away(ctx: Context, job: Job) -> bool:
+    """Release a requeued job only when every node it was told to leave is still drained or down.
+
+    Slurm's ~121 s hold is there for a reason: a job started again on the node it just left, within
+    the credential's lifetime, is killed at launch ("Job credential revoked") and ends FAILED, not
+    requeued. A job requeued for another reason (time limit, by hand) keeps Slurm's hold.
+    """
+    nodes = [key.split("|", 1)[1] for key in ctx.sent.told if key.split("|", 1)[0] == job.job_id]
+    return bool(nodes) and all(node in ctx.sent.events for node in nodes)
 
 
 def _fallback_why(job: Job, wish: optin.OptIn, now: datetime) -> str | None:
