@@ -5,6 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export WITH_ACCOUNTING="${WITH_ACCOUNTING:-1}"  # slurmdbd + MariaDB for the sacct tests
 bash scripts/setup.sh
+# The CPU build of PyTorch, for the torchrun (2-node gloo all-reduce) and torch.distributed tests;
+# without it those few tests skip and say so.
+if [ "${WITH_TORCH:-1}" = 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  if ! .venv/bin/python -m pip install -q torch==2.13.0 >.venv/torch-install.log 2>&1; then
+    echo "test: torch 2.13.0 not installable here (.venv/torch-install.log): the torch tests will skip"
+  fi
+fi
 echo "== lint"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench
