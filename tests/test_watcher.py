@@ -336,3 +336,25 @@ def test_job_on_two_draining_nodes_is_told_once(clean_cluster):
     assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
     assert watcher.poll_once().actions == {}
     assert all(watcher.sent.done(job_id, n, "signal") for n in nodes)
+
+
+@pytest.mark.cluster
+def test_array_task_signalled_alone(clean_cluster):
+    """On 22.05 one task of an array runs with the array's own id as its job id: signalling that id
+    would reach every task. The watcher names tasks A_T, so only the task on the drained node hears."""
+    cl = clean_cluster
+    script = _script(cl, "record.sh", RECORD_SCRIPT)
+    array_id = _submit(cl, script, OPTED, "--array=0-2", "--exclusive", "--constraint=preemptible")
+
+    def all_running():
+        tasks = [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.running]
+        return tasks if len(tasks) == 3 else None
+
+    tasks = wait_for(all_running, 30, what="three array tasks running")
+    carrier = next(t for t in tasks if t.job_id == array_id)  # the task holding the array's id
+    cl.slurm.drain(list(carrier.nodes), REASON)
+    _watcher(cl).poll_once()
+    wait_for(lambda: any(r.startswith("usr1") for r in _records(cl, carrier.job_id)), 10, what="USR1")
+    others = [t for t in tasks if t.job_id != array_id]
+    assert all(not any(r.startswith("usr1") for r in _records(cl, t.job_id)) for t in others)
+    cl.slurm.resume(list(carrier.nodes))

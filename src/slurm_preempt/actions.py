@@ -76,7 +76,7 @@ class _Delivery:
 
 
 # scancel names each job it could not signal: "scancel: error: Kill job error on job id 12: <why>".
-_SCANCEL_FAILED = re.compile(r"job id (\d+)\S*:?\s*(.*)")
+_SCANCEL_FAILED = re.compile(r"job id (\d+(?:_\d+)?)\S*:?\s*(.*)")
 _GONE_WORDS = ("Invalid job id", "already finished", "already completing")
 
 
@@ -160,14 +160,16 @@ def _signal_group(slurm: Slurm, group: list[_Delivery]) -> None:
     """Runs in a worker thread (its own Slurm): one scancel for jobs that all want the same signal."""
     signal = group[0].signal
     try:
-        stderr = slurm.signal_many([p.job.job_id for p in group], signal, batch_only=True)
+        # By display id (A_T for array tasks): on 22.05 one task carries the array's own id, and
+        # signalling that id would signal every task of the array.
+        stderr = slurm.signal_many([p.job.display_id for p in group], signal, batch_only=True)
     except SlurmError as exc:  # timeout, no scancel: nothing is known to be sent; retried next poll
         for plan in group:
             plan.signal_error = str(exc)
         return
     failed = {m.group(1): m.group(2) for m in map(_SCANCEL_FAILED.search, stderr.splitlines()) if m}
     for plan in group:
-        why = failed.get(plan.job.job_id)
+        why = failed.get(plan.job.display_id, failed.get(plan.job.job_id))
         if stderr.strip() and not failed:
             plan.signal_error = stderr.strip().splitlines()[0]  # an error naming no job: retry all
         elif why is None:
@@ -223,7 +225,7 @@ def enforce(ctx: Context, job: Job, event: NodeEvent) -> None:
     if not optin.parse(job.comment).signal or not job.running:
         return
     try:
-        ctx.slurm.requeue(job.job_id)
+        ctx.slurm.requeue(job.display_id)
     except JobGoneError:
         return
     except SlurmError as exc:
@@ -278,7 +280,7 @@ def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
         return
     try:
         # The scontrol keyword for a job's constraint is Features.
-        ctx.slurm.update_job(job.job_id, features=wish.fallback_to)
+        ctx.slurm.update_job(job.display_id, features=wish.fallback_to)
     except SlurmError as exc:
         ctx.log(f"job {job.job_id}: fallback to {wish.fallback_to} failed, will retry: {exc}")
         return
@@ -292,7 +294,7 @@ def _fast_restart(ctx: Context, job: Job) -> None:
     # While the requeued job is still COMPLETING, Slurm accepts starttime=now but it does not take:
     # so it is sent on every poll the job still waits for BeginTime, and recorded once per restart.
     try:
-        ctx.slurm.update_job(job.job_id, starttime="now")
+        ctx.slurm.update_job(job.display_id, starttime="now")  # A_T: never the whole array
     except SlurmError as exc:
         ctx.log(f"job {job.job_id}: fast restart failed, will retry: {exc}")
         return
