@@ -49,12 +49,12 @@ rm -rf "$work/reference-ckpt"
 cat "$work/expected.json"; echo
 
 say "the job script, generated"
-"$sp" sbatch --job-name demo --chdir "$work/job" --checkpoint-dir "$work/job/ckpt" --grace "$grace" \
-    --write "$work/job/demo.sbatch" -- \
-    "$py" "$repo/examples/train_loop.py" --steps "$steps" --every 50 --step-seconds 0.1 \
-    --result "$work/job/result.json"
+job_options=(--job-name demo --chdir "$work/job" --checkpoint-dir "$work/job/ckpt" --grace "$grace")
+job_command=("$py" "$repo/examples/train_loop.py" --steps "$steps" --every 50 --step-seconds 0.1
+             --result "$work/job/result.json")
+"$sp" sbatch "${job_options[@]}" --write "$work/job/demo.sbatch" -- "${job_command[@]}"
 grep -E '^#SBATCH' "$work/job/demo.sbatch"
-"$sp" sbatch --explain -- python train.py | sed 's/^/  /'
+"$sp" sbatch "${job_options[@]}" --explain -- "${job_command[@]}" | fold -s -w 110 | sed 's/^/  /'
 
 say "submit"
 job=$(sbatch --parsable "$work/job/demo.sbatch")

@@ -107,4 +107,10 @@ def command(
                 f"{','.join(job['where']) or '-'}"
             )
             click.echo(f"    {job['verdict']}")
-    click.echo(f"summary: {result['summary']}")
+    total = result["summary"]
+    median = total["median_seconds_to_running_again"]
+    click.echo(
+        f"summary: {total['events']} event(s), {total['jobs_hit']} job(s) hit, "
+        f"{total['saved_by_notice']} saved by the notice"
+        + (f", median {median:.1f} s from leaving to running again" if median is not None else "")
+    )
