@@ -267,7 +267,7 @@ class CheckpointStore:
             return
         for name in names:
             parts = name.split("-", 3)
-            if len(parts) < 4 or parts[1] != _HOST or not parts[2].isdigit() or _pid_alive(int(parts[2])):
+            if len(parts) < 4 or parts[1] != _HOST or not parts[2].isdigit() or pid_alive(int(parts[2])):
                 continue
             target = self.directory / parts[3]
             if name.startswith(".old-") and not target.exists():
@@ -343,7 +343,8 @@ class CheckpointStore:
 _HOST = socket.gethostname().split(".")[0].replace("-", "_")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (also when it belongs to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -6,14 +6,13 @@ Import-light: standard library only (Slurm commands load only to requeue).
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import Checkpoint, CheckpointStore
+from .checkpoint import Checkpoint, CheckpointStore, pid_alive
 from .errors import EXIT_SLURM, CheckpointError
 from .jobenv import JobEnv, LedgerWriter, fresh_notice, ledger_writer, resume_settings
 
@@ -128,7 +127,7 @@ def wait_for_notice(
         if got:
             deadline = to_text(utcnow()) if grace <= 0 else _plus(utcnow(), grace)
             return WaitResult(WAIT_NOTICE, got[0], None, deadline)
-        if pid is not None and not _alive(pid):
+        if pid is not None and not pid_alive(pid):
             return WaitResult(WAIT_PROCESS_ENDED, f"process {pid} ended")
         if end is not None and time.monotonic() >= end:
             return WaitResult(WAIT_TIMEOUT, f"no notice within {timeout:g} s")
@@ -141,16 +140,6 @@ def _plus(moment, seconds: float) -> str:
     from .notice import to_text
 
     return to_text(moment + timedelta(seconds=seconds))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
