@@ -26,10 +26,11 @@ STEPS, EVERY = 400, 25
 GRACE = 6.0
 
 
-def _reference(tmp_path: Path) -> int:
+def _reference(tmp_path: Path, steps: int = STEPS) -> int:
+    tmp_path.mkdir(exist_ok=True)
     out = tmp_path / "reference.json"
     subprocess.run(
-        [sys.executable, str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ref"), "--steps", str(STEPS),
+        [sys.executable, str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ref"), "--steps", str(steps),
          "--every", str(EVERY), "--step-seconds", "0", "--result", str(out)],
         check=True, capture_output=True,
     )  # fmt: skip
@@ -84,3 +85,84 @@ def test_three_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, t
     resumed = [e for e in events if e["kind"] == "resumed_from"]
     assert len(requeued) == 3 and len(resumed) == 3
     assert [e.get("step") for e in resumed] == [e.get("step") for e in requeued]
+
+
+SWEEP = """import os, runpy, sys
+task = os.environ["SLURM_ARRAY_TASK_ID"]
+sys.argv = [{example!r}, "--steps", str(120 + 20 * int(task)), "--every", "10", "--step-seconds", "0.05",
+            "--result", f"{work}/result-{{task}}.json"]
+runpy.run_path({example!r}, run_name="__main__")  # exits (SystemExit) when it requeues itself
+with open("{work}/completions", "a") as out:
+    out.write(task + "\\n")
+"""
+
+
+def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluster, watcher, tmp_path):
+    cl = clean_cluster
+    work = tmp_path / "sweep"
+    work.mkdir()
+    (work / "sweep.py").write_text(SWEEP.format(example=str(EXAMPLE), work=work))
+    script = work / "sweep.sbatch"
+    subprocess.run(
+        [SP, "sbatch", "--job-name", "sweep", "--array", "0-5", "--cpus-per-task", "8", "--chdir", str(work),
+         "--checkpoint-dir", str(work / "ckpt"), "--write", str(script), "--",
+         sys.executable, str(work / "sweep.py")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    array_id = cl.slurm.submit(str(script))
+
+    def started():
+        tasks = [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.running]
+        return len(tasks) >= 4
+
+    wait_for(started, 60, what="the sweep running")
+    preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
+    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    events = runner.random(preemptible, mtbp=6, duration=15, grace=4, pause=1, correlated=1, seed=7)
+    hit = [w for e in events for w in e.jobs.values()]
+    assert hit, "the random drill preempted no task"
+    assert all(w.verdict(e.removed_at).startswith("saved") for e in events for w in e.jobs.values())
+
+    def finished():
+        return not [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.state != "COMPLETED"]
+
+    wait_for(finished, 180, interval=1, what="every task finished")
+    assert sorted((work / "completions").read_text().split()) == [str(t) for t in range(6)]
+    for task in range(6):
+        got = json.loads((work / f"result-{task}.json").read_text())
+        assert got["value"] == _reference(tmp_path / f"ref-{task}", steps=120 + 20 * task)
+
+
+def test_elastic_job_comes_back_on_fewer_nodes(clean_cluster, watcher, tmp_path):
+    """A --nodes=1-2 job starts on two nodes; after a preemption only one is free: it carries on there
+    from its final checkpoint, and says the node count changed."""
+    cl = clean_cluster
+    expected = _reference(tmp_path / "ref")
+    work = tmp_path / "elastic"
+    work.mkdir()
+    result = work / "result.json"
+    script = work / "job.sbatch"
+    subprocess.run(
+        [SP, "sbatch", "--job-name", "elastic", "--nodes", "1-2", "--chdir", str(work),
+         "--checkpoint-dir", str(work / "ckpt"), "--write", str(script), "--", sys.executable, str(EXAMPLE),
+         "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds", "0.05", "--result", str(result)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    job_id = cl.slurm.submit(str(script))
+    first = cl.wait_state(job_id, "RUNNING", timeout=30)
+    assert len(first.nodes) == 2
+    preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
+    others = [n for n in preemptible if n not in first.nodes]
+    cl.slurm.drain(others, "maint: keep this test's capacity short")  # only the job's own nodes left
+    wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
+    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    event = runner.start_event([first.nodes[0]], grace=GRACE, pause=1, reason=drill.DEFAULT_REASON)
+    runner.run_until_done(timeout=60)
+    watch = event.jobs[job_id]
+    assert watch.verdict(event.removed_at).startswith("saved"), watch
+    assert watch.where == (first.nodes[1],)  # one node now
+    cl.slurm.resume(others)
+    wait_for(result.exists, 120, what="the job's result")
+    assert json.loads(result.read_text())["value"] == expected
+    (resumed,) = [e for e in ledger.events(cl.spec.state_dir, job_id) if e["kind"] == "resumed_from"]
+    assert resumed["nodes"] == 1 and resumed["previous_nodes"] == 2
