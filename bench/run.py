@@ -35,12 +35,20 @@ def machine() -> dict:
                 break
     except OSError:
         pass
+    # `sinfo --version` of 22.05 needs a readable slurm.conf; the package knows its version anyway.
     try:
-        slurm = subprocess.run(
-            ["sinfo", "--version"], capture_output=True, text=True, timeout=5, check=False
-        ).stdout
+        slurm = (
+            "slurm "
+            + subprocess.run(
+                ["dpkg-query", "-W", "-f", "${Version}", "slurm-client"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.TimeoutExpired):
-        slurm = "not installed"
+        slurm = "slurm: not installed"
     return {
         "host": platform.node(),
         "os": platform.platform(),

@@ -237,15 +237,18 @@ class Drill:
 
     # ---------------------------------------------------------------------------------- runs
 
+    def step(self, now: float) -> None:
+        """One tick: observe the jobs, then move every event on (drain -> removal -> back)."""
+        self._observe(now)  # before acting, so a job seen gone after a removal is timed after it
+        for event in self.events:
+            self._advance(event, now)
+
     def run_until_done(self, timeout: float) -> None:
         """Advance every event and observe its jobs until all are back (or ``timeout`` seconds)."""
         end = self.clock() + timeout
         while True:
             now = self.clock()
-            # Observe before acting, so a job seen gone after a removal is timed after it.
-            self._observe(now)
-            for event in self.events:
-                self._advance(event, now)
+            self.step(now)
             if all(e.done for e in self.events) or now > end:
                 break
             self.sleep(self.tick)
@@ -288,9 +291,7 @@ class Drill:
                 if free:
                     self.start_event(rng.sample(free, min(correlated, len(free))), grace, pause, reason)
                 next_at = now + rng.expovariate(1 / mtbp)
-            self._observe(now)
-            for event in self.events:
-                self._advance(event, now)
+            self.step(now)
             self.sleep(self.tick)
         self.run_until_done(grace + pause + 300)
         return self.events
