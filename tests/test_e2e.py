@@ -166,3 +166,37 @@ def test_elastic_job_comes_back_on_fewer_nodes(clean_cluster, watcher, tmp_path)
     assert json.loads(result.read_text())["value"] == expected
     (resumed,) = [e for e in ledger.events(cl.spec.state_dir, job_id) if e["kind"] == "resumed_from"]
     assert resumed["nodes"] == 1 and resumed["previous_nodes"] == 2
+
+
+def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp_path):
+    """No watcher, no notice: the removal kills the job, which loses at most the work since its last
+    periodic checkpoint (one interval), resumes from that checkpoint and still ends with the same result."""
+    cl = clean_cluster
+    expected = _reference(tmp_path / "ref")
+    work = tmp_path / "nowatch"
+    work.mkdir()
+    result = work / "result.json"
+    script = work / "job.sbatch"
+    subprocess.run(
+        [SP, "sbatch", "--job-name", "nowatch", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"),
+         "--write", str(script), "--", sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every",
+         str(EVERY), "--step-seconds", "0.05", "--result", str(result)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    job_id = cl.slurm.submit(str(script))
+    node = cl.wait_state(job_id, "RUNNING", timeout=30).nodes[0]
+    wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
+    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    event = runner.start_event([node], grace=2, pause=1, reason=drill.DEFAULT_REASON)
+    runner.run_until_done(timeout=5)
+    watch = event.jobs[job_id]
+    assert watch.left_at >= event.removed_at  # killed by the removal: nobody told it
+    saved = ledger.events(cl.spec.state_dir, job_id)
+    last_step = max(e["step"] for e in saved if e["kind"] == "checkpoint_saved")
+    cl.slurm.update_job(job_id, starttime="now")  # what the watcher would do; its node is down
+    wait_for(result.exists, 120, what="the job's result")
+    assert json.loads(result.read_text())["value"] == expected
+    (resumed,) = [e for e in ledger.events(cl.spec.state_dir, job_id) if e["kind"] == "resumed_from"]
+    # Resumed from the newest periodic checkpoint: checkpoints come every EVERY steps, so the steps it
+    # had run past it when it was killed (and now redoes) are fewer than one interval.
+    assert resumed["step"] == last_step
