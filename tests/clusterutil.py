@@ -51,12 +51,16 @@ class ClusterHandle:
     def revive_node(self, name: str) -> None:
         tc.revive_node(self.state, name)
 
+    def fresh(self) -> tc.ClusterState:
+        """The cluster as cluster.json says now (drills and tests restart slurmds)."""
+        return tc.load_state(self.state.spec.directory) or self.state
+
     def reset(self) -> None:
         """Cancel every job and bring every node back."""
         ids = [j.job_id for j in self.slurm.jobs()]
         if ids:
             self.slurm.run(["scancel", *ids])
-        wait_for(lambda: not self.slurm.jobs(states="running,completing,pending"), 30, what="jobs to end")
+        wait_for(lambda: not self.slurm.jobs(states="running,completing,pending"), 90, what="jobs to end")
         for node in self.slurm.nodes():
             if not node.available:
                 tc.revive_node(self.state, node.name)

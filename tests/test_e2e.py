@@ -121,7 +121,9 @@ def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluste
     events = runner.random(preemptible, mtbp=6, duration=15, grace=4, pause=1, correlated=1, seed=7)
     hit = [w for e in events for w in e.jobs.values()]
     assert hit, "the random drill preempted no task"
-    assert all(w.verdict(e.removed_at).startswith("saved") for e in events for w in e.jobs.values())
+    verdicts = [w.verdict(e.removed_at) for e in events for w in e.jobs.values()]
+    # A task may also finish inside the window (it completes before it needs to leave).
+    assert all(v.startswith(("saved", "finished inside")) for v in verdicts), verdicts
 
     def finished():
         return not [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.state != "COMPLETED"]

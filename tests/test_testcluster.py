@@ -30,8 +30,9 @@ def test_nodes_idle_with_features(cluster):
 
 
 def test_up_twice_is_safe(cluster):
+    before = cluster.fresh()
     again = tc.up(cluster.spec)
-    assert [p.pid for p in again.processes] == [p.pid for p in cluster.state.processes]
+    assert [p.pid for p in again.processes] == [p.pid for p in before.processes]
 
 
 def _submit(cluster, *args) -> str:
@@ -88,6 +89,7 @@ def test_down_stops_everything_it_started(tmp_path):
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not procs.listening_under("slurmstepd", spec.directory / "spool")
+    assert not procs.with_env("SP_TESTCLUSTER_DIR", str(spec.directory))
     assert tc.down(spec.directory) == 0  # twice is fine
 
 

@@ -399,6 +399,11 @@ def _stop_all(state: ClusterState) -> int:
     live = [(s.role, s.process()) for s in state.processes]
     slurm_daemons = [p for role, p in live if p is not None and role != "munged"]
     munge = [p for role, p in live if p is not None and role == "munged"]
+    # Daemons this folder started but no longer lists (a crash between start and save): found by the
+    # tag in their environment, which slurmd and slurmctld keep (slurmstepd does not).
+    known = {p.pid for p in slurm_daemons + munge}
+    tagged = procs.with_env("SP_TESTCLUSTER_DIR", str(state.spec.directory))
+    slurm_daemons += [p for p in tagged if p.pid not in known and p.name() != "slurmstepd"]
     # Job steps left behind: every slurmstepd listening in this cluster's spool, and its children.
     ours = {p.pid for p in slurm_daemons + munge}
     steps = procs.listening_under("slurmstepd", state.spec.directory / "spool")
@@ -441,6 +446,9 @@ def _env_of(proc) -> dict:
 
 def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
     """Bring a removed node back: start its slurmd again and resume it."""
+    # Re-read cluster.json: another holder of a ClusterState (the drill, a test) may have restarted
+    # slurmds since this copy was loaded, and a stale copy would start a second slurmd for the node.
+    state = load_state(state.spec.directory) or state
     if name not in state.spec.node_names:
         raise UsageError(f"no node {name} in this cluster")
     role = f"slurmd:{name}"
