@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,21 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@contextmanager
+def exported(env: dict[str, str]) -> Iterator[None]:
+    """Put a cluster's variables (SLURM_CONF, ...) in os.environ for a while, then restore them."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass

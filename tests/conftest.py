@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle
+from clusterutil import ClusterHandle, exported
 from slurm_preempt import testcluster as tc
 
 DATA = Path(__file__).parent / "data"
@@ -48,18 +48,12 @@ def cluster(tmp_path_factory) -> ClusterHandle:
     spec = tc.ClusterSpec(directory=directory, port=port, standard=2, preemptible=4, cpus=16)
     tc.down(directory)  # a cluster left by an interrupted session is restarted fresh
     state = tc.up(spec, timeout=120)
-    saved = {key: os.environ.get(key) for key in state.env()}
-    os.environ.update(state.env())
     handle = ClusterHandle(state=state, workdir=tmp_path_factory.mktemp("jobs"))
     try:
-        yield handle
+        with exported(state.env()):
+            yield handle
     finally:
         tc.down(directory)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture

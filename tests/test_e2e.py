@@ -37,6 +37,24 @@ def _reference(tmp_path: Path, steps: int = STEPS) -> int:
     return json.loads(out.read_text())["value"]
 
 
+def _train(result: Path) -> list[str]:
+    """The deterministic job: examples/train_loop.py for STEPS steps, a checkpoint every EVERY."""
+    return [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds",
+            "0.05", "--result", str(result)]  # fmt: skip
+
+
+def _submit_generated(cl, work: Path, options: list[str], command: list[str]) -> str:
+    """Generate a script with `slurm-preempt sbatch` in ``work`` (created) and submit it."""
+    work.mkdir()
+    script = work / "job.sbatch"
+    subprocess.run(
+        [SP, "sbatch", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"), *options,
+         "--write", str(script), "--", *command],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cl.slurm.submit(str(script))
+
+
 @pytest.fixture
 def watcher(clean_cluster, tmp_path):
     log = open(tmp_path / "watch.log", "w")  # noqa: SIM115 (closed below)
@@ -56,15 +74,7 @@ def test_three_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, t
     expected = _reference(tmp_path)
     work = tmp_path / "job"
     result = work / "result.json"
-    script = work / "job.sbatch"
-    work.mkdir()
-    subprocess.run(
-        [SP, "sbatch", "--job-name", "e2e", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"),
-         "--write", str(script), "--", sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every",
-         str(EVERY), "--step-seconds", "0.05", "--result", str(result)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    job_id = cl.slurm.submit(str(script))
+    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result))
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
     for _round in range(3):
         cl.wait_state(job_id, "RUNNING", timeout=30)
@@ -100,16 +110,10 @@ with open("{work}/completions", "a") as out:
 def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluster, watcher, tmp_path):
     cl = clean_cluster
     work = tmp_path / "sweep"
-    work.mkdir()
-    (work / "sweep.py").write_text(SWEEP.format(example=str(EXAMPLE), work=work))
-    script = work / "sweep.sbatch"
-    subprocess.run(
-        [SP, "sbatch", "--job-name", "sweep", "--array", "0-5", "--cpus-per-task", "8", "--chdir", str(work),
-         "--checkpoint-dir", str(work / "ckpt"), "--write", str(script), "--",
-         sys.executable, str(work / "sweep.py")],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    array_id = cl.slurm.submit(str(script))
+    sweep = tmp_path / "sweep.py"
+    sweep.write_text(SWEEP.format(example=str(EXAMPLE), work=work))
+    options = ["--job-name", "sweep", "--array", "0-5", "--cpus-per-task", "8"]
+    array_id = _submit_generated(cl, work, options, [sys.executable, str(sweep)])
 
     def started():
         tasks = [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.running]
@@ -141,16 +145,8 @@ def test_elastic_job_comes_back_on_fewer_nodes(clean_cluster, watcher, tmp_path)
     cl = clean_cluster
     expected = _reference(tmp_path / "ref")
     work = tmp_path / "elastic"
-    work.mkdir()
     result = work / "result.json"
-    script = work / "job.sbatch"
-    subprocess.run(
-        [SP, "sbatch", "--job-name", "elastic", "--nodes", "1-2", "--chdir", str(work),
-         "--checkpoint-dir", str(work / "ckpt"), "--write", str(script), "--", sys.executable, str(EXAMPLE),
-         "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds", "0.05", "--result", str(result)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    job_id = cl.slurm.submit(str(script))
+    job_id = _submit_generated(cl, work, ["--job-name", "elastic", "--nodes", "1-2"], _train(result))
     first = cl.wait_state(job_id, "RUNNING", timeout=30)
     assert len(first.nodes) == 2
     preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
@@ -176,16 +172,8 @@ def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp
     cl = clean_cluster
     expected = _reference(tmp_path / "ref")
     work = tmp_path / "nowatch"
-    work.mkdir()
     result = work / "result.json"
-    script = work / "job.sbatch"
-    subprocess.run(
-        [SP, "sbatch", "--job-name", "nowatch", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"),
-         "--write", str(script), "--", sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every",
-         str(EVERY), "--step-seconds", "0.05", "--result", str(result)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    job_id = cl.slurm.submit(str(script))
+    job_id = _submit_generated(cl, work, ["--job-name", "nowatch"], _train(result))
     node = cl.wait_state(job_id, "RUNNING", timeout=30).nodes[0]
     wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)

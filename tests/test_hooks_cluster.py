@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, wait_for
+from clusterutil import ClusterHandle, exported, wait_for
 from slurm_preempt import accounting, history, ledger, report, testcluster, timeline
 from slurm_preempt.slurm import Slurm
 
@@ -62,8 +62,6 @@ def hcluster(tmp_path_factory):
     )
     testcluster.down(directory)
     state = testcluster.up(spec, timeout=120)
-    saved = {key: os.environ.get(key) for key in state.env()}
-    os.environ.update(state.env())
     # Jobs of the test user must read their script and write their output: not under pytest's 0700 tmp.
     workdir = directory / "jobs-workdir"
     shutil.rmtree(workdir, ignore_errors=True)
@@ -71,14 +69,10 @@ def hcluster(tmp_path_factory):
     os.chmod(workdir, 0o1777)
     handle = ClusterHandle(state=state, workdir=workdir)
     try:
-        yield handle
+        with exported(state.env()):
+            yield handle
     finally:
         testcluster.down(directory)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture
