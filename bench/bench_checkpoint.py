@@ -25,7 +25,7 @@ import time
 import zlib
 from pathlib import Path
 
-from slurm_preempt.checkpoint import CheckpointStore
+from slurm_preempt.job.checkpoint import CheckpointStore
 
 MiB = 1 << 20
 
@@ -138,7 +138,7 @@ def bench_checksum(mib: int, disk_mbs: float) -> list[dict]:
 
 SAVER = """
 import os, sys
-from slurm_preempt.checkpoint import CheckpointStore
+from slurm_preempt.job.checkpoint import CheckpointStore
 store, step = CheckpointStore(sys.argv[1], keep=3), int(sys.argv[2])
 os.write(1, b"ready\\n")
 while True:

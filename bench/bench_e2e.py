@@ -29,9 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_preempt import drill, ledger, testcluster
+from slurm_preempt import ledger
 from slurm_preempt.notice import from_text
-from slurm_preempt.slurm import Slurm
+from slurm_preempt.rehearsal import drill, testcluster
+from slurm_preempt.slurm.commands import Slurm
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_loop.py"

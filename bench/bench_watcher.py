@@ -27,12 +27,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from slurm_preempt import procs, slurmdata  # noqa: E402
-from slurm_preempt import testcluster as tc  # noqa: E402
-from slurm_preempt.sentstate import SentState  # noqa: E402
-from slurm_preempt.slurm import Slurm  # noqa: E402
-from slurm_preempt.watcher import NODE_STATES, Settings, Watcher  # noqa: E402
-from slurm_preempt.watcher import run as run_loop  # noqa: E402
+from slurm_preempt.rehearsal import procs  # noqa: E402
+from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
+from slurm_preempt.slurm import parse as slurmdata  # noqa: E402
+from slurm_preempt.slurm.commands import Slurm  # noqa: E402
+from slurm_preempt.watch.sentstate import SentState  # noqa: E402
+from slurm_preempt.watch.watcher import NODE_STATES, Settings, Watcher  # noqa: E402
+from slurm_preempt.watch.watcher import run as run_loop  # noqa: E402
 
 SMALL_DIR = Path("/tmp/watcher-bench-small")
 BIG_DIR = Path("/tmp/watcher-bench-10k")

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_preempt import testcluster as tc
-from slurm_preempt.slurm import Slurm
-from slurm_preempt.slurmdata import Job
+from slurm_preempt.rehearsal import testcluster as tc
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.parse import Job
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):

@@ -13,9 +13,20 @@ from pathlib import Path
 import pytest
 
 from clusterutil import ClusterHandle, exported
-from slurm_preempt import testcluster as tc
+from slurm_preempt.rehearsal import testcluster as tc
 
 DATA = Path(__file__).parent / "data"
+
+
+CLUSTER_FIXTURES = {"cluster", "clean_cluster"}
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the real cluster is a cluster test, marked or not: `-m "not cluster"` must never
+    start (or stop) the session cluster."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")

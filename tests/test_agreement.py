@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_preempt.agreement import FileAgreement, SingleProcess
-from slurm_preempt.checkpoint import CheckpointStore
+from slurm_preempt.job.agreement import FileAgreement, SingleProcess
+from slurm_preempt.job.checkpoint import CheckpointStore
 
 WORKER = """
 import json, os, signal, sys
 from slurm_preempt import Run
-from slurm_preempt.agreement import FileAgreement, TorchAgreement
+from slurm_preempt.job.agreement import FileAgreement, TorchAgreement
 
 kind, folder = sys.argv[1], sys.argv[4]
 rank, world, signal_step = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_preempt.checkpoint import MANIFEST, CheckpointStore, step_name
 from slurm_preempt.errors import CheckpointError
+from slurm_preempt.job.checkpoint import MANIFEST, CheckpointStore, step_name
 
 
 class Warnings(list):
@@ -143,7 +143,7 @@ def test_leftovers_of_dead_savers_are_swept(tmp_path):
     store.save(1, b"x")
     child = subprocess.Popen(["true"])
     child.wait()
-    from slurm_preempt.checkpoint import _HOST
+    from slurm_preempt.job.checkpoint import _HOST
 
     stale = tmp_path / f".tmp-{_HOST}-{child.pid}-2-1"
     stale.mkdir()
@@ -156,7 +156,7 @@ def test_leftovers_of_dead_savers_are_swept(tmp_path):
 
 SAVER = """
 import os, sys
-from slurm_preempt.checkpoint import CheckpointStore
+from slurm_preempt.job.checkpoint import CheckpointStore
 store = CheckpointStore(sys.argv[1], keep=3)
 step = int(sys.argv[2])
 def payload(step):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import tomllib
 
-from slurm_preempt import config, sbatch_spec, watchconfig
+from slurm_preempt import config
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.resources import data_dir
+from slurm_preempt.sbatch import spec as sbatch_spec
+from slurm_preempt.watch import settings as watchconfig
 
 
 def test_search_order_and_merge(tmp_path):
@@ -42,7 +44,7 @@ def test_bad_files_are_one_line_errors(tmp_path):
 
 
 def test_shipped_example_is_accepted():
-    example = data_dir("etc") / "config.toml.example"
+    example = data_dir("etc") / "slurm-preempt/config.toml.example"
     data = tomllib.loads(example.read_text())
     assert set(data) >= {"state_dir", "sbatch", "resume", "watch", "report"}
     sbatch_spec.merge_settings(data["sbatch"], {})
@@ -54,13 +56,13 @@ def test_every_documented_key_is_accepted():
     import re
 
     lines = []
-    for line in (data_dir("etc") / "config.toml.example").read_text().splitlines():
+    for line in (data_dir("etc") / "slurm-preempt/config.toml.example").read_text().splitlines():
         match = re.match(r"^# ([a-z_]+ = .+?)(\s{2,}#.*)?$", line)
         lines.append(match.group(1) if match else line)
     data = tomllib.loads("\n".join(lines))
     assert data["watch"]["interval"] == 5 and data["resume"]["keep"] == 3
     sbatch_spec.merge_settings(data["sbatch"], {})
     watchconfig.settings_from(watchconfig.merged(data["watch"], {}))
-    from slurm_preempt.report import Prices
+    from slurm_preempt.records.report import Prices
 
     assert Prices.from_config(data["report"])

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from slurm_preempt import drill, ledger
+from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import UsageError
-from slurm_preempt.slurm import Slurm
+from slurm_preempt.rehearsal import drill
+from slurm_preempt.slurm.commands import Slurm
 
 
 def test_verdicts():

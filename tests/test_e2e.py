@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from clusterutil import wait_for
-from slurm_preempt import drill, ledger
+from slurm_preempt import ledger
+from slurm_preempt.rehearsal import drill
 
 pytestmark = pytest.mark.cluster
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from slurm_preempt import history
-from slurm_preempt.slurmdata import AcctRecord
+from slurm_preempt.records import history
+from slurm_preempt.slurm.parse import AcctRecord
 
 T0 = datetime(2026, 12, 1, 6, 0, 0, tzinfo=timezone.utc)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_preempt import hooks, ledger
+from slurm_preempt import ledger
 from slurm_preempt.cli import main
+from slurm_preempt.records import hooks
 
 DATA = Path(__file__).parent / "data" / "slurm-22.05" / "hook-env"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="hooks install root-owned files")

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from clusterutil import ClusterHandle, exported, wait_for
-from slurm_preempt import accounting, history, ledger, report, testcluster, timeline
-from slurm_preempt.slurm import Slurm
+from slurm_preempt import ledger
+from slurm_preempt.records import history, report, timeline
+from slurm_preempt.rehearsal import accounting, testcluster
+from slurm_preempt.slurm.commands import Slurm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 TEST_USER = "sphooks"

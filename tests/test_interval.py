@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from slurm_preempt.interval import daly, expected_waste, observed_mtbi, young_daly
+from slurm_preempt.job.interval import daly, expected_waste, observed_mtbi, young_daly
 
 
 def test_young_is_the_square_root_of_twice_cost_times_mtbi():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from slurm_preempt import history, ledger, report
+from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import ConfigError
+from slurm_preempt.records import history, report
 from test_history import end, ev, start, three_attempts
 
 

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from clusterutil import wait_for
 from slurm_preempt import ledger
-from slurm_preempt.checkpoint import CheckpointStore, step_name
 from slurm_preempt.cli import main
+from slurm_preempt.job.checkpoint import CheckpointStore, step_name
+from slurm_preempt.job.resume import Run
 from slurm_preempt.notice import Notice, notice_path, utcnow, write_notice
-from slurm_preempt.resume import Run
 
 HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
 
@@ -58,8 +58,8 @@ def _kinds(environ, kind):
 def test_import_is_light_and_installs_nothing():
     code = (
         "import signal, slurm_preempt; slurm_preempt.Run; slurm_preempt.CheckpointStore;"
-        "import slurm_preempt.shelljob, slurm_preempt.agreement, slurm_preempt.interval;"
-        "import slurm_preempt.requeue, slurm_preempt.checkpoint;"
+        "import slurm_preempt.job.shell, slurm_preempt.job.agreement, slurm_preempt.job.interval;"
+        "import slurm_preempt.job.requeue, slurm_preempt.job.checkpoint;"
         "assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL;"
         "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL"
     )

@@ -19,12 +19,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_preempt import sbatch as gen
 from slurm_preempt.cli import main as cli_main
 from slurm_preempt.config import Config
 from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.optin import parse as parse_optin
-from slurm_preempt.sbatch_options import parse_nodes, parse_time
+from slurm_preempt.sbatch import render as gen
+from slurm_preempt.sbatch.options import parse_nodes, parse_time
 
 EMPTY = Config()
 
@@ -303,7 +303,7 @@ def test_checkpoint_interval_auto_needs_its_two_figures():
 
 
 def test_checkpoint_interval_auto_uses_the_reports_advice():
-    from slurm_preempt.report import advise_interval
+    from slurm_preempt.records.report import advise_interval
 
     made = make(checkpoint_interval="auto", checkpoint_seconds="90", mtbp="7200")
     expected = round(advise_interval(90.0, 7200.0)["advised_seconds"])

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from clusterutil import wait_for
-from slurm_preempt import sbatch as gen
 from slurm_preempt.config import Config
 from slurm_preempt.errors import SlurmError
+from slurm_preempt.sbatch import render as gen
 
 pytestmark = pytest.mark.cluster
 

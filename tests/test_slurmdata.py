@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_preempt import slurmdata
 from slurm_preempt.errors import UsageError
+from slurm_preempt.slurm import parse as slurmdata
 
 UTC = timezone.utc
 

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from apiserver import ApiServer
-from slurm_preempt import slurmdata, sources
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.notice import to_text
-from slurm_preempt.sources import DrainRules, NodeMap, SourceError, TogetherSource
+from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.watch import sources
+from slurm_preempt.watch.sources import DrainRules, NodeMap, SourceError, TogetherSource
 
 NOW = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from clusterutil import wait_for
-from slurm_preempt import procs
-from slurm_preempt import testcluster as tc
 from slurm_preempt.cli import main
+from slurm_preempt.rehearsal import procs
+from slurm_preempt.rehearsal import testcluster as tc
 
 pytestmark = pytest.mark.cluster
 
@@ -79,7 +79,7 @@ def test_down_stops_everything_it_started(tmp_path):
     env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsleep 300\n")
-    from slurm_preempt.slurm import Slurm
+    from slurm_preempt.slurm.commands import Slurm
 
     slurm = Slurm(env=env)
     job_id = slurm.submit(str(script), [f"--chdir={tmp_path}"])

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from slurm_preempt import history, timeline
 from slurm_preempt.errors import UsageError
+from slurm_preempt.records import history, timeline
 from test_history import three_attempts
 
 

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 
 from clusterutil import wait_for
-from slurm_preempt import actions, ledger, sentstate
+from slurm_preempt import ledger
 from slurm_preempt.notice import notice_path, read_notice
 from slurm_preempt.optin import OptIn
-from slurm_preempt.sentstate import NodeEvent, SentState
-from slurm_preempt.slurm import Slurm
-from slurm_preempt.slurmdata import Job
-from slurm_preempt.sources import DrainRules
-from slurm_preempt.watcher import Settings, Watcher, run, state_path
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch import actions, sentstate
+from slurm_preempt.watch.sentstate import NodeEvent, SentState
+from slurm_preempt.watch.sources import DrainRules
+from slurm_preempt.watch.watcher import Settings, Watcher, run, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: watcher test"

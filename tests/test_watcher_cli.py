@@ -14,11 +14,11 @@ from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import notice_path, read_notice, to_text
-from slurm_preempt.sentstate import SentState
-from slurm_preempt.slurm import Slurm
-from slurm_preempt.sources import AwsSpotSource
-from slurm_preempt.watchconfig import refuse_preemptible_host
-from slurm_preempt.watcher import Settings, Watcher
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.watch.sentstate import SentState
+from slurm_preempt.watch.settings import refuse_preemptible_host
+from slurm_preempt.watch.sources import AwsSpotSource
+from slurm_preempt.watch.watcher import Settings, Watcher
 from test_watcher import OPTED, RECORD_SCRIPT, _drain, _kinds, _records, _script, _submit
 
 TOKEN = "sk-very-secret-0123456789"

@@ -13,12 +13,12 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (loaded on first attribute access)
 _LAZY = {
-    "Run": "resume",
-    "CheckpointStore": "checkpoint",
-    "Checkpoint": "checkpoint",
+    "Run": "job.resume",
+    "CheckpointStore": "job.checkpoint",
+    "Checkpoint": "job.checkpoint",
     "Notice": "notice",
     "read_notice": "notice",
-    "Slurm": "slurm",
+    "Slurm": "slurm.commands",
 }
 
 __all__ = ["CheckpointStore", "Checkpoint", "Notice", "Run", "Slurm", "read_notice"]

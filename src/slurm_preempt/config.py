@@ -6,7 +6,7 @@ Files are TOML, read in this order, later ones overriding earlier ones key by ke
 2. ``$XDG_CONFIG_HOME/slurm-preempt/config.toml`` the user's (``~/.config`` when unset)
 3. ``$SLURM_PREEMPT_CONFIG``                      a file named in the environment (tests, one-offs)
 
-Command-line options override all of them; each command does that itself. ``etc/config.toml.example``
+Command-line options override all of them; each command does that itself. ``etc/slurm-preempt/config.toml.example``
 documents every key.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from slurm_preempt.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .notice import to_text, utcnow
+from slurm_preempt.notice import to_text, utcnow
 
 # Kinds only root's hooks (or SlurmUser's EpilogSlurmctld) write; from anyone else they are forged.
 # A watcher may run as the job's owner (a sidecar), so its kinds are also believed from the owner: they

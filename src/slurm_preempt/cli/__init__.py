@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from ..errors import EXIT_ERROR, SlurmPreemptError
+from slurm_preempt.errors import EXIT_ERROR, SlurmPreemptError
 
 # name -> (module under slurm_preempt.cli, attribute, one-line help)
 COMMANDS = {

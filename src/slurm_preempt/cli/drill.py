@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from .. import config, drill
-from ..errors import UsageError
-from ..slurm import Slurm
-from ..slurmdata import expand_nodes
-from ._output import echo_json, json_option
+from slurm_preempt import config
+from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.errors import UsageError
+from slurm_preempt.rehearsal import drill
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.parse import expand_nodes
 
 
 @click.command()

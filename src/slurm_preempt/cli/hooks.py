@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from .. import hooks as lib
-from ..config import DEFAULT_STATE_DIR
-from ._output import echo_json, json_option
+from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.config import DEFAULT_STATE_DIR
+from slurm_preempt.records import hooks as lib
 
 prefix_option = click.option(
     "--prefix",

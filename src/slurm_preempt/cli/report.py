@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from .. import history as histories
-from .. import report as reports
-from ..errors import UsageError
-from ._output import echo_json, json_option
+from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.errors import UsageError
+from slurm_preempt.records import history as histories
+from slurm_preempt.records import report as reports
 
 state_dir_option = click.option(
     "--state-dir",
@@ -41,7 +41,7 @@ def history(job_id, state_dir, no_sacct, timeline, as_json):
         raise UsageError(f"{job_id!r} is not a Slurm job id")
     found = histories.run_history(job_id, state_dir, use_sacct=not no_sacct)
     if timeline is not None:
-        from .. import timeline as pictures
+        from slurm_preempt.records import timeline as pictures
 
         pictures.write(found, timeline)
     if as_json:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._output import echo_json, json_option
+from slurm_preempt.cli._output import echo_json, json_option
 
 ENVVAR = "SLURM_PREEMPT_CHECKPOINT_DIR"  # exported by scripts from `slurm-preempt sbatch`
 dir_option = click.option(
@@ -51,7 +51,7 @@ def env(checkpoint_dir, as_json):
       eval "$(slurm-preempt resume env --checkpoint-dir ckpt)"
       [ -n "$SLURM_PREEMPT_RESUME_FLAG" ] && cp "$SLURM_PREEMPT_LATEST_CHECKPOINT"/state.txt .
     """
-    from ..shelljob import env_info, export_lines
+    from slurm_preempt.job.shell import env_info, export_lines
 
     info = env_info(checkpoint_dir)
     if as_json:
@@ -75,7 +75,7 @@ def wait(timeout, pid, checkpoint_dir, as_json):
     Example:
       slurm-preempt resume wait --pid "$work" --timeout 3600
     """
-    from ..shelljob import wait_for_notice
+    from slurm_preempt.job.shell import wait_for_notice
 
     result = wait_for_notice(timeout, checkpoint_dir, pid)
     if as_json:
@@ -99,7 +99,7 @@ def requeue(checkpoint_dir):
     Example:
       slurm-preempt resume requeue -d ckpt && exit 0
     """
-    from ..shelljob import requeue as requeue_job
+    from slurm_preempt.job.shell import requeue as requeue_job
 
     ok, message, code = requeue_job(checkpoint_dir)
     click.echo(message, err=not ok)
@@ -119,7 +119,7 @@ def save(checkpoint_dir, step, keep, paths, as_json):
     Example:
       slurm-preempt resume save --checkpoint-dir ckpt --step 120 state.txt model/
     """
-    from ..shelljob import save_paths
+    from slurm_preempt.job.shell import save_paths
 
     found = save_paths(checkpoint_dir, step, list(paths), keep)
     if as_json:
@@ -142,7 +142,7 @@ def latest(checkpoint_dir, as_json):
     Example:
       if ckpt=$(slurm-preempt resume latest -d ckpt); then cp -r "$ckpt"/model .; fi
     """
-    from ..shelljob import latest as latest_checkpoint
+    from slurm_preempt.job.shell import latest as latest_checkpoint
 
     found = latest_checkpoint(checkpoint_dir)
     if as_json:
@@ -162,8 +162,8 @@ def interval(save_seconds, mtbi, as_json):
     Example:
       slurm-preempt resume interval --save-seconds 90 --mtbi 14400
     """
-    from ..errors import UsageError
-    from ..interval import daly, young_daly
+    from slurm_preempt.errors import UsageError
+    from slurm_preempt.job.interval import daly, young_daly
 
     try:
         values = {"young": young_daly(save_seconds, mtbi), "daly": daly(save_seconds, mtbi)}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .. import sbatch as gen
-from ._output import echo_json, json_option
+from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.sbatch import render as gen
 
 EPILOG = """\b
 Example:

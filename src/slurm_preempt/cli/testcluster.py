@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .. import testcluster as tc
-from ._output import echo_json, json_option
+from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.rehearsal import testcluster as tc
 
 dir_option = click.option(
     "--dir",

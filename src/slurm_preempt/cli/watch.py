@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .. import watchconfig
-from ..watcher import run
+from slurm_preempt.watch import settings as watchconfig
+from slurm_preempt.watch.watcher import run
 
 
 def _log(line: str) -> None:

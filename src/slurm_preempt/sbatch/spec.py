@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, UsageError
-from .optin import OptIn, merge_comment
-from .sbatch_options import (
+from slurm_preempt.errors import ConfigError, UsageError
+from slurm_preempt.optin import OptIn, merge_comment
+from slurm_preempt.sbatch.options import (
     ARRAY_RE,
     CONSTRAINT_RE,
     DEFAULT_GRACE,
@@ -308,7 +308,7 @@ def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
 
 def resolve_interval(text: str, s: Mapping[str, Any]) -> str:
     """A number of seconds (or steps) as given, or ``auto``: the Young/Daly interval that
-    ``slurm_preempt.report.advise_interval`` computes from one checkpoint's duration and the mean
+    ``slurm_preempt.records.report.advise_interval`` computes from one checkpoint's duration and the mean
     time between preemptions (both given, e.g. read off ``slurm-preempt report``)."""
     if text.strip().lower() != "auto":
         value = text.strip()
@@ -317,7 +317,9 @@ def resolve_interval(text: str, s: Mapping[str, Any]) -> str:
         return value
     advise = _advise_interval()
     if advise is None:
-        raise UsageError("--checkpoint-interval auto needs slurm_preempt.report, missing here; give a number")
+        raise UsageError(
+            "--checkpoint-interval auto needs slurm_preempt.records.report, missing here; give a number"
+        )
     checkpoint, mtbp = s.get("checkpoint_seconds"), s.get("mtbp")
     if checkpoint is None or mtbp is None:
         raise UsageError(
@@ -342,7 +344,7 @@ def _seconds(option: str, value: Any) -> float:
 
 def _advise_interval():
     try:
-        from . import report
+        from slurm_preempt.records import report
     except ImportError:
         return None
     return getattr(report, "advise_interval", None)

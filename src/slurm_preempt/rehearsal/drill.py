@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import ledger
-from .errors import SlurmError, UsageError
-from .notice import from_text, to_text
-from .slurm import Slurm
+from slurm_preempt import ledger
+from slurm_preempt.errors import SlurmError, UsageError
+from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.slurm.commands import Slurm
 
 DEFAULT_REASON = "TogetherPreemptionNotified: slurm-preempt drill"
 
@@ -122,7 +122,7 @@ class NodeOps:
 
 def node_ops(slurm: Slurm, allow_real: bool) -> NodeOps:
     """Pick the node operations for the cluster ``SLURM_CONF`` points at."""
-    from . import testcluster as tc
+    from slurm_preempt.rehearsal import testcluster as tc
 
     state = local_cluster(slurm)
     if state is not None:
@@ -143,7 +143,7 @@ def local_cluster(slurm: Slurm):
     """The local test cluster that ``SLURM_CONF`` points at, or None for any other cluster."""
     import os
 
-    from . import testcluster as tc
+    from slurm_preempt.rehearsal import testcluster as tc
 
     conf = (slurm.env or os.environ).get("SLURM_CONF")
     if not conf:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .jobenv import JobEnv, LedgerWriter, requeue_id
+from slurm_preempt.job.environment import JobEnv, LedgerWriter, requeue_id
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
     """Ask Slurm to requeue this job; record ``requeued`` in the ledger. Never raises."""
     if not env.job_id:
         return Outcome(False, "not inside a Slurm job (SLURM_JOB_ID is unset): nothing to requeue")
-    from .errors import SlurmPreemptError
-    from .slurm import Slurm
+    from slurm_preempt.errors import SlurmPreemptError
+    from slurm_preempt.slurm.commands import Slurm
 
     try:
         Slurm(timeout=30).requeue(requeue_id(env))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import UsageError
-from .optin import normalize_signal
+from slurm_preempt.errors import UsageError
+from slurm_preempt.optin import normalize_signal
 
 BUILTIN_TEMPLATES = ("plain", "torchrun", "array")
 FORWARD_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP")

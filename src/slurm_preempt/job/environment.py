@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .config import ENV_STATE_DIR
+from slurm_preempt.config import ENV_STATE_DIR
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
@@ -81,7 +81,7 @@ class JobEnv:
         state_dir = state_dir_of(env)
         notice = env.get("SLURM_PREEMPT_NOTICE")
         if not notice and state_dir is not None and job_id:
-            from .notice import notice_path
+            from slurm_preempt.notice import notice_path
 
             notice = str(notice_path(state_dir, job_id))
         return cls(
@@ -114,7 +114,7 @@ def state_dir_of(env: Mapping[str, str]) -> Path | None:
     if env.get(ENV_STATE_DIR):
         return Path(env[ENV_STATE_DIR])
     try:
-        from . import config
+        from slurm_preempt import config
 
         return config.load(environ=env).state_dir(env)
     except Exception:  # a broken config must not stop a job from running
@@ -124,7 +124,7 @@ def state_dir_of(env: Mapping[str, str]) -> Path | None:
 def resume_settings() -> dict:
     """The ``[resume]`` section of the config (empty when there is none or it cannot be read)."""
     try:
-        from . import config
+        from slurm_preempt import config
 
         return dict(config.load().section("resume"))
     except Exception as exc:
@@ -139,7 +139,7 @@ def fresh_notice(env: JobEnv, handled: set[str]):
     """The notice for this attempt, or None. The file outlives the attempt it was written for, so a
     notice is stale when an earlier attempt acted on its event (id in ``handled``) or when its drain
     happened before this attempt started (Slurm starts no job on a draining node)."""
-    from .notice import read_notice
+    from slurm_preempt.notice import read_notice
 
     found = read_notice(env.notice_file) if env.notice_file else None
     if found is None or found.event_id in handled:
@@ -160,7 +160,7 @@ class LedgerWriter:
     def record(self, kind: str, **fields) -> Path | None:
         if not self.enabled:
             return None
-        from . import ledger
+        from slurm_preempt import ledger
 
         try:
             return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
@@ -178,7 +178,7 @@ class LedgerWriter:
         """Notice event ids an earlier attempt already acted on (it requeued for them)."""
         if not self.enabled:
             return set()
-        from . import ledger
+        from slurm_preempt import ledger
 
         try:
             events = ledger.events(self.state_dir, self.job_id)

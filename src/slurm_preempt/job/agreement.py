@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from .errors import SlurmPreemptError
+from slurm_preempt.errors import SlurmPreemptError
 
 
 class Agreement(Protocol):

@@ -28,10 +28,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from . import agreement as agreement_mod
-from .checkpoint import Checkpoint, CheckpointStore
-from .errors import CheckpointError, SlurmPreemptError
-from .jobenv import JobEnv, fresh_notice, ledger_writer, resume_settings
+from slurm_preempt.errors import CheckpointError, SlurmPreemptError
+from slurm_preempt.job import agreement as agreement_mod
+from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
+from slurm_preempt.job.environment import JobEnv, fresh_notice, ledger_writer, resume_settings
 
 DEFAULT_SIGNALS = ("USR1", "TERM")
 # Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
@@ -316,7 +316,7 @@ class Run:
         if not self.env.job_id:
             _say(f"not inside a Slurm job: final checkpoint at step {self.step} saved, exiting {exit_code}")
             sys.exit(exit_code)
-        from .requeue import requeue_self
+        from slurm_preempt.job.requeue import requeue_self
 
         outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
         if outcome.ok:

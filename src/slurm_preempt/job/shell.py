@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import Checkpoint, CheckpointStore, pid_alive
-from .errors import EXIT_SLURM, CheckpointError
-from .jobenv import JobEnv, LedgerWriter, fresh_notice, ledger_writer, resume_settings
+from slurm_preempt.errors import EXIT_SLURM, CheckpointError
+from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore, pid_alive
+from slurm_preempt.job.environment import JobEnv, LedgerWriter, fresh_notice, ledger_writer, resume_settings
 
 # `resume wait` exit codes (documented in docs/resume.md)
 WAIT_NOTICE = 0
@@ -110,7 +110,7 @@ def wait_for_notice(
 ) -> WaitResult:
     """Block until a notice file for this attempt appears or USR1/TERM arrives (WAIT_NOTICE), ``pid``
     exits (WAIT_PROCESS_ENDED) or ``timeout`` passes (WAIT_TIMEOUT)."""
-    from .notice import to_text, utcnow
+    from slurm_preempt.notice import to_text, utcnow
 
     env = JobEnv.from_environ()
     store_latest = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
@@ -137,14 +137,14 @@ def wait_for_notice(
 def _plus(moment, seconds: float) -> str:
     from datetime import timedelta
 
-    from .notice import to_text
+    from slurm_preempt.notice import to_text
 
     return to_text(moment + timedelta(seconds=seconds))
 
 
 def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
     """Requeue this job. Returns (ok, message, exit code for the shell: 0, or the fallback code)."""
-    from .requeue import requeue_self
+    from slurm_preempt.job.requeue import requeue_self
 
     env = JobEnv.from_environ()
     ledger = ledger_writer(env)

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import history as hist
-from . import ledger
-from .errors import ConfigError
+from slurm_preempt import ledger
+from slurm_preempt.errors import ConfigError
+from slurm_preempt.records import history as hist
 
 DEFAULT_DISCOUNT = 0.5  # the documented example of seed 001: preemptible at half the on-demand price
 
@@ -188,7 +188,7 @@ def advise_interval(
     if not checkpoint_seconds or not mtbp_seconds or checkpoint_seconds <= 0 or mtbp_seconds <= 0:
         return None
     try:  # the resume engineer's module; the formulas live there once
-        from .interval import daly, young_daly
+        from slurm_preempt.job.interval import daly, young_daly
     except ImportError:
         young = math.sqrt(2 * checkpoint_seconds * mtbp_seconds)
         best, formula = young, "young (interval.py not installed)"
@@ -303,10 +303,10 @@ def run_report(
     partition: str | None = None,
 ) -> Report:
     """What ``slurm-preempt report`` shows: folder and prices from the config."""
-    from . import config
-    from .errors import UsageError
-    from .notice import from_text
-    from .slurm import Slurm
+    from slurm_preempt import config
+    from slurm_preempt.errors import UsageError
+    from slurm_preempt.notice import from_text
+    from slurm_preempt.slurm.commands import Slurm
 
     settings = config.load()
     folder = Path(state_dir) if state_dir else settings.state_dir()

@@ -12,8 +12,8 @@ from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from .errors import UsageError
-from .history import Attempt, JobHistory
+from slurm_preempt.errors import UsageError
+from slurm_preempt.records.history import Attempt, JobHistory
 
 WIDTH = 960
 LEFT = 110  # room for node names

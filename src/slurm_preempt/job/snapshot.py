@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from slurm_preempt.errors import CheckpointError
 
 MANIFEST = "MANIFEST.json"
 BYTES_FILE = "data.bin"

@@ -10,8 +10,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from .errors import MissingDependencyError
-from .snapshot import Snapshot
+from slurm_preempt.errors import MissingDependencyError
+from slurm_preempt.job.snapshot import Snapshot
 
 FILE = "state.pt"
 

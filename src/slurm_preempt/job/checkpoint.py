@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .durable import checksum_file, copy_durably, fsync_dir, write_durably
-from .errors import CheckpointError
-from .snapshot import (
+from slurm_preempt.durable import checksum_file, copy_durably, fsync_dir, write_durably
+from slurm_preempt.errors import CheckpointError
+from slurm_preempt.job.snapshot import (
     BUFFERS_FILE,
     BYTES_FILE,
     MANIFEST,
@@ -101,7 +101,9 @@ class Checkpoint:
         if self.kind == "pickle":
             return self._load_pickle()
         if self.kind == "torch":
-            from . import torchstate  # imports torch: only for checkpoints saved with save_torch
+            from slurm_preempt.job import (
+                torchstate,  # imports torch: only for checkpoints saved with save_torch
+            )
 
             return torchstate.load(self.path / torchstate.FILE)
         return self.path
@@ -142,7 +144,7 @@ class CheckpointStore:
     def save_torch(self, step: int, state: Any, meta: Mapping | None = None, background=False):
         """Save a PyTorch state dict (tensors anywhere in nested dicts/lists; copied to CPU first, the
         only stall when ``background``). Needs torch (the ``[torch]`` extra)."""
-        from . import torchstate
+        from slurm_preempt.job import torchstate
 
         self.wait()
         snap = torchstate.snapshot(state)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .notice import from_text, to_text
+from slurm_preempt.notice import from_text, to_text
 
 VERSION = 1
 

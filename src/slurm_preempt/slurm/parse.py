@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
-from .errors import UsageError
+from slurm_preempt.errors import UsageError
 
 SEP = "\x1f"  # ASCII unit separator: never in node names, states, user names or times
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from . import sentstate
-from .actions import Context, Emit, Log, enforce, enforce_due, restart, tell_many
-from .errors import SlurmError, UsageError
-from .notice import to_text, utcnow
-from .sentstate import NodeEvent, SentState
-from .slurm import Slurm
-from .slurmdata import Job
-from .sources import Drain, DrainRules, SourceError, slurm_drains
+from slurm_preempt.errors import SlurmError, UsageError
+from slurm_preempt.notice import to_text, utcnow
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch import sentstate
+from slurm_preempt.watch.actions import Context, Emit, Log, enforce, enforce_due, restart, tell_many
+from slurm_preempt.watch.sentstate import NodeEvent, SentState
+from slurm_preempt.watch.sources import Drain, DrainRules, SourceError, slurm_drains
 
 NODE_STATES = "drain,down"  # sinfo -t: DRAIN covers DRAINING and DRAINED
 ALIVE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"}

@@ -15,9 +15,9 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from . import slurmdata
-from .errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError
-from .slurmdata import AcctRecord, Job, Node
+from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError
+from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.slurm.parse import AcctRecord, Job, Node
 
 DEFAULT_TIMEOUT = 30.0
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from . import ledger, optin
-from .errors import JobGoneError, SlurmError
-from .notice import Notice, notice_path, to_text, utcnow, write_notice
-from .sentstate import NodeEvent, SentState
-from .slurm import Slurm
-from .slurmdata import Job
+from slurm_preempt import ledger, optin
+from slurm_preempt.errors import JobGoneError, SlurmError
+from slurm_preempt.notice import Notice, notice_path, to_text, utcnow, write_notice
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch.sentstate import NodeEvent, SentState
 
 Log = Callable[[str], None]
 Emit = Callable[[dict], None]

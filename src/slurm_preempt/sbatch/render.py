@@ -34,14 +34,14 @@ from typing import Any
 
 import jinja2
 
-from . import __version__
-from .config import DEFAULT_STATE_DIR, Config
-from .config import load as load_config
-from .errors import UsageError
-from .resources import data_dir
-from .sbatch_options import BUILTIN_TEMPLATES, sbatch_quote
-from .sbatch_spec import JobSpec, build_spec, merge_settings
-from .slurm import Slurm
+from slurm_preempt import __version__
+from slurm_preempt.config import DEFAULT_STATE_DIR, Config
+from slurm_preempt.config import load as load_config
+from slurm_preempt.errors import UsageError
+from slurm_preempt.resources import data_dir
+from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, sbatch_quote
+from slurm_preempt.sbatch.spec import JobSpec, build_spec, merge_settings
+from slurm_preempt.slurm.commands import Slurm
 
 _BARE = re.compile(r"^[A-Za-z0-9_.,:/%@+=\-]+$")
 

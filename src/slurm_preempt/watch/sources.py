@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .errors import ConfigError
-from .notice import from_text, utcnow
-from .slurmdata import Node
+from slurm_preempt.errors import ConfigError
+from slurm_preempt.notice import from_text, utcnow
+from slurm_preempt.slurm.parse import Node
 
 TOGETHER_REASON = "TogetherPreemptionNotified"
 DEFAULT_TOGETHER_BASE = "https://api.together.ai"

@@ -16,9 +16,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from . import procs
-from .errors import ClusterError, MissingDependencyError
-from .procs import Started
+from slurm_preempt.errors import ClusterError, MissingDependencyError
+from slurm_preempt.rehearsal import procs
+from slurm_preempt.rehearsal.procs import Started
 
 REQUIRED = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "slurmdbd": "slurmdbd"}
 DB_USER, DB_PASS, DB_NAME = "slurm", "sp-test-only", "slurm_acct_db"  # a private, loopback-only database

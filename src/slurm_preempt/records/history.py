@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import ledger
-from .notice import from_text, to_text
-from .slurmdata import AcctRecord, expand_nodes
+from slurm_preempt import ledger
+from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.slurm.parse import AcctRecord, expand_nodes
 
 # sacct state -> (cause label, counts as a preemption)
 ACCT_CAUSES = {
@@ -343,7 +343,7 @@ def from_ledger(job_id: str, state_dir: Path | str, acct: list[AcctRecord] | Non
 
 def accounting_rows(slurm, job_ids: list[str], chunk: int = 500) -> dict[str, list[AcctRecord]] | None:
     """sacct -D rows by job id, or None when accounting is not there (sacct fails without slurmdbd)."""
-    from .errors import SlurmError
+    from slurm_preempt.errors import SlurmError
 
     found: dict[str, list[AcctRecord]] = {}
     try:
@@ -357,9 +357,9 @@ def accounting_rows(slurm, job_ids: list[str], chunk: int = 500) -> dict[str, li
 
 def run_history(job_id: str, state_dir: Path | str | None = None, use_sacct: bool = True) -> JobHistory:
     """What ``slurm-preempt history`` shows: state folder from the option, env or config."""
-    from . import config
-    from .errors import UsageError
-    from .slurm import Slurm
+    from slurm_preempt import config
+    from slurm_preempt.errors import UsageError
+    from slurm_preempt.slurm.commands import Slurm
 
     folder = Path(state_dir) if state_dir else config.load().state_dir()
     found = load(job_id, folder, Slurm() if use_sacct else None)

@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import accounting, hooks, procs
-from .errors import ClusterError, MissingDependencyError, UsageError
-from .procs import Started
-from .slurm import Slurm
+from slurm_preempt.errors import ClusterError, MissingDependencyError, UsageError
+from slurm_preempt.records import hooks
+from slurm_preempt.rehearsal import accounting, procs
+from slurm_preempt.rehearsal.procs import Started
+from slurm_preempt.slurm.commands import Slurm
 
 DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
 DEFAULT_PORT = 17100
@@ -55,8 +56,8 @@ class ClusterSpec:
     name: str = "sptest"
     kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
-    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.hooks)
-    accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.accounting) so sacct answers
+    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
+    accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
 
     def validate(self) -> None:
         if self.standard < 0 or self.preemptible < 0:

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import config as configmod
-from .actions import Emit
-from .errors import ConfigError, SlurmError, UsageError
-from .slurm import Slurm
-from .sources import (
+from slurm_preempt import config as configmod
+from slurm_preempt.errors import ConfigError, SlurmError, UsageError
+from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.watch.actions import Emit
+from slurm_preempt.watch.sources import (
     AWS_BASE,
     DEFAULT_TOGETHER_BASE,
     GCP_BASE,
@@ -28,7 +28,7 @@ from .sources import (
     TogetherSource,
     read_token,
 )
-from .watcher import Log, Settings, Watcher, load_sent, state_path
+from slurm_preempt.watch.watcher import Log, Settings, Watcher, load_sent, state_path
 
 KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
 DEFAULTS: dict[str, Any] = {

@@ -26,21 +26,22 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import DEFAULT_STATE_DIR
-from .errors import UsageError
-from .ledger import WRITERS
-from .resources import data_dir
+from slurm_preempt.config import DEFAULT_STATE_DIR
+from slurm_preempt.errors import UsageError
+from slurm_preempt.ledger import WRITERS
+from slurm_preempt.resources import data_dir
 
 DEFAULT_PREFIX = Path("/etc/slurm")
 HOOK_NAME = "50-slurm-preempt"
 OWN_DIR = "slurm-preempt"
-# (shipped folder, file name) -> path under the prefix, mode
+SHIPPED = "etc/slurm"  # the shipped tree, laid out as under the prefix
+# path under the prefix (and under SHIPPED) -> mode. lib.sh first: the hooks source it.
 FILES = {
-    ("prolog.d", HOOK_NAME): (f"prolog.d/{HOOK_NAME}", 0o755),
-    ("epilog.d", HOOK_NAME): (f"epilog.d/{HOOK_NAME}", 0o755),
-    ("hooks", "lib.sh"): (f"{OWN_DIR}/lib.sh", 0o644),
-    ("hooks", "epilog-slurmctld"): (f"{OWN_DIR}/epilog-slurmctld", 0o755),
-    ("hooks", "taskprolog"): (f"{OWN_DIR}/taskprolog", 0o755),
+    f"{OWN_DIR}/lib.sh": 0o644,
+    f"{OWN_DIR}/epilog-slurmctld": 0o755,
+    f"{OWN_DIR}/taskprolog": 0o755,
+    f"prolog.d/{HOOK_NAME}": 0o755,
+    f"epilog.d/{HOOK_NAME}": 0o755,
 }
 CONF_KEYS = ("Prolog", "Epilog", "PrologFlags", "TaskProlog", "EpilogSlurmctld")
 
@@ -111,8 +112,8 @@ def install(
     ids = _slurm_ids(slurm_user)
     conf_text = hooks_conf_text(state_dir, log, ids[1] if ids else None)
     result = InstallResult(prefix, state_dir, conf_lines=conf_lines(prefix))
-    for (folder, name), (target, mode) in FILES.items():
-        source = data_dir(folder) / name
+    for target, mode in FILES.items():
+        source = data_dir(SHIPPED) / target
         if not source.is_file():
             raise UsageError(f"shipped hook {source} is missing: the installation of slurm-preempt is broken")
         result.actions.append(f"install {source} -> {prefix / target} (mode {mode:o})")
@@ -205,7 +206,7 @@ def check(prefix: Path = DEFAULT_PREFIX, conf: Path | None = None, dry_run: bool
     found: list[Finding] = []
     for glob in ("prolog.d", "epilog.d"):
         found += _check_glob_folder(prefix / glob)
-    for (_folder, _name), (target, mode) in FILES.items():
+    for target, mode in FILES.items():
         found += _check_file(prefix / target, executable=bool(mode & 0o100))
     hooks_conf = prefix / OWN_DIR / "hooks.conf"
     found += _check_file(hooks_conf, executable=False)
