@@ -6,8 +6,8 @@ Files are TOML, read in this order, later ones overriding earlier ones key by ke
 2. ``$XDG_CONFIG_HOME/slurm-preempt/config.toml`` the user's (``~/.config`` when unset)
 3. ``$SLURM_PREEMPT_CONFIG``                      a file named in the environment (tests, one-offs)
 
-Command-line options override all of them; each command does that itself. ``etc/slurm-preempt/config.toml.example``
-documents every key.
+Command-line options override all of them; each command does that itself.
+``etc/slurm-preempt/config.toml.example`` documents every key.
 """
 
 from __future__ import annotations
