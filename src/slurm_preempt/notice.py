@@ -40,6 +40,11 @@ def from_text(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def deadline(drain_time: datetime, grace_seconds: float) -> datetime:
+    """When a node drained at ``drain_time`` is taken away: the one place this sum is made."""
+    return drain_time + timedelta(seconds=grace_seconds)
+
+
 @dataclass(frozen=True)
 class Notice:
     job_id: str
@@ -72,7 +77,7 @@ class Notice:
             source=source,
             drain_time=drain_time,
             detected_at=detected_at or utcnow(),
-            deadline=drain_time + timedelta(seconds=grace_seconds),
+            deadline=deadline(drain_time, grace_seconds),
             event_id=event_id(node, drain_time),
             grace_seconds=grace_seconds,
         )

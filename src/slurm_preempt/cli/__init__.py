@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
+import logging
 
 import click
 
+from slurm_preempt.cli import _logging
 from slurm_preempt.errors import EXIT_ERROR, SlurmPreemptError
+
+log = logging.getLogger(__name__)
 
 # name -> (module under slurm_preempt.cli, attribute, one-line help)
 COMMANDS = {
@@ -57,9 +60,11 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SlurmPreemptError as exc:
+            log.debug("traceback of the error below", exc_info=True)
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except OSError as exc:
+            log.debug("traceback of the error below", exc_info=True)
             where = f": {exc.filename}" if exc.filename else ""
             click.echo(f"Error: {exc.strerror or exc}{where}", err=True)
             ctx.exit(EXIT_ERROR)
@@ -74,15 +79,15 @@ def _exists(module: str) -> bool:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="slurm-preempt")
-def main():
+@click.option("-v", "--verbose", count=True, help="More log lines (-v: debug, with tracebacks).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+def main(verbose: int, quiet: bool) -> None:
     """Run Slurm jobs on preemptible (spot, borrowed) nodes without losing work.
 
     \b
     Example:
       slurm-preempt testcluster up
       slurm-preempt sbatch --nodes 1-2 --submit -- python train.py
+      slurm-preempt -v watch --cluster --once
     """
-
-
-if __name__ == "__main__":  # python -m slurm_preempt.cli
-    sys.exit(main())
+    _logging.configure(-1 if quiet else verbose)
