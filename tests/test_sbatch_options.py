@@ -19,6 +19,7 @@ from slurm_preempt.records.report import advise_interval
 from slurm_preempt.sbatch import auto_interval, optiontable
 from slurm_preempt.sbatch import render as gen
 from slurm_preempt.sbatch.spec import build_spec, merge_settings
+from slurm_preempt.slurm.commands import Slurm
 from test_history import ev, three_attempts
 from test_report import _ledger_from
 
@@ -167,13 +168,15 @@ def test_learn_from_needs_auto(ledger):
     assert result.exit_code == 2 and "--learn-from serves --checkpoint-interval auto" in result.output
 
 
-def test_a_learned_figure_wins_over_the_configs(ledger):
+def test_a_learned_figure_wins_over_the_configs(ledger, monkeypatch):
+    no_sacct = Slurm(env={"PATH": str(ledger / "no-slurm-here")})  # the ledger alone, whatever runs
     config = Config(data={"sbatch": {"checkpoint_interval": "auto", "mtbp": 9999, "checkpoint_seconds": 1}})
     cli = {"learn_from": ("5",), "checkpoint_seconds": "30"}
-    figures = auto_interval.with_learned_figures(cli, config.section("sbatch"), ledger, slurm=None)
+    figures = auto_interval.with_learned_figures(cli, config.section("sbatch"), ledger, no_sacct)
     assert figures["mtbp"] == pytest.approx(115.2) and figures["checkpoint_seconds"] == "30"
-    made = gen.generate(cli, ["true"], Config(data={**config.data, "state_dir": str(ledger)}))
-    assert made.spec.checkpoint_interval is not None
+    monkeypatch.delenv("SLURM_PREEMPT_STATE_DIR", raising=False)  # the config's state_dir, then
+    made = gen.generate(cli, ["true"], Config(data={**config.data, "state_dir": str(ledger)}), no_sacct)
+    assert made.spec.checkpoint_interval == str(advised(30.0, 115.2))
 
 
 def test_resolve_interval_keeps_a_number_and_refuses_nonsense():
