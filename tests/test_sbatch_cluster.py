@@ -370,6 +370,40 @@ def test_cli_submits_and_prints_json(clean_cluster, tmp_path):
     assert job.name == "cli" and job.nodes[0].startswith("pre")
 
 
+def test_auto_checkpoint_interval_from_the_command_line_reaches_the_job(clean_cluster, tmp_path):
+    """`--checkpoint-interval auto --checkpoint-seconds 60 --mtbp 3600`, typed as documented: the job's
+    command sees the advised interval in its environment."""
+    from click.testing import CliRunner
+
+    from slurm_preempt.cli import main
+    from slurm_preempt.records.report import advise_interval
+
+    cluster = clean_cluster
+    seen = cluster.workdir / "interval.txt"
+    read_env = "import os, sys; open(sys.argv[1], 'w').write(os.environ['SLURM_PREEMPT_CHECKPOINT_INTERVAL'])"
+    auto = ["--checkpoint-interval", "auto", "--checkpoint-seconds", "60", "--mtbp", "3600"]
+    where = ["--output", str(cluster.workdir / "%x-%j.out"), "--checkpoint-dir", str(tmp_path / "c")]
+    result = CliRunner().invoke(
+        main,
+        [
+            "sbatch",
+            *auto,
+            *where,
+            "--job-name",
+            "auto",
+            "--submit",
+            "--",
+            "python3",
+            "-c",
+            read_env,
+            str(seen),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    cluster.wait_state(result.output.strip(), "COMPLETED", timeout=60)
+    assert seen.read_text() == str(round(advise_interval(60.0, 3600.0)["advised_seconds"])) == "618"
+
+
 SELF_REQUEUE = """
 trap 'echo "command: requeueing myself"; scontrol requeue "$SLURM_JOB_ID"; exit 0' TERM
 [ "$SLURM_PREEMPT_RESTART" = 1 ] && exit 0

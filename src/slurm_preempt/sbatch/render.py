@@ -39,6 +39,7 @@ from slurm_preempt.config import DEFAULT_STATE_DIR, Config
 from slurm_preempt.config import load as load_config
 from slurm_preempt.errors import UsageError
 from slurm_preempt.resources import data_dir
+from slurm_preempt.sbatch.auto_interval import with_learned_figures
 from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, sbatch_quote
 from slurm_preempt.sbatch.spec import JobSpec, build_spec, merge_settings
 from slurm_preempt.slurm.commands import Slurm
@@ -55,10 +56,14 @@ class Generated:
     template_path: Path
 
 
-def generate(cli: dict[str, Any], command: list[str], config: Config | None = None) -> Generated:
-    """Check the options (config ``[sbatch]`` then ``cli``) and render the script."""
+def generate(
+    cli: dict[str, Any], command: list[str], config: Config | None = None, slurm: Slurm | None = None
+) -> Generated:
+    """Check the options (config ``[sbatch]`` then ``cli``) and render the script. ``slurm`` answers
+    ``sacct`` for ``learn_from`` (see ``auto_interval``)."""
     config = config if config is not None else load_config()
-    settings = merge_settings(config.section("sbatch"), cli)
+    section = config.section("sbatch")
+    settings = merge_settings(section, with_learned_figures(cli, section, config.state_dir(), slurm))
     spec = build_spec(settings, list(command))
     if not settings.get("torchrun"):
         spec.torchrun = torchrun_executable()
