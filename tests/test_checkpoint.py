@@ -195,7 +195,7 @@ def test_thousands_of_random_kills_with_resaves_never_lose_the_last_save(tmp_pat
         with os.fdopen(read_end) as lines:
             done = [tuple(map(int, line.split())) for line in lines]
         last = done[-1] if done else restored
-        resaves += sum(a[0] == b[0] for a, b in zip(done, done[1:]))
+        resaves += sum(a[0] == b[0] for a, b in zip(done, done[1:], strict=False))
         returned += len(done)
         found = CheckpointStore(directory, warn=warned).latest()
         assert found is not None, f"trial {trial}: restore found nothing"
