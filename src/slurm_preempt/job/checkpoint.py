@@ -27,7 +27,7 @@ import pickle
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from slurm_preempt.job.checkpoint_io import (
     copy_file,
     fs_step,
     map_file,
-    read_whole,
+    read_checked,
     stream_file,
     verify_file,
     write_file,
@@ -98,19 +98,31 @@ class Checkpoint:
         return None
 
     def read_bytes(self, name: str = BYTES_FILE) -> bytes:
-        return read_whole(self.path / name)
+        return (self.path / name).read_bytes()
 
     def load(self) -> Any:
         """The saved payload: bytes, a dict of name -> bytes, an object, or a folder (for paths).
-        Verified first unless it was just verified (``latest()``); arrays come back writable."""
-        if not self.verified:
-            problem = self.verify()
-            if problem is not None:
-                raise CheckpointError(f"checkpoint {self.path} is damaged ({problem})")
-        if self.kind == "bytes":
-            return self.read_bytes()
-        if self.kind == "files":
-            return {name: self.read_bytes(name) for name in self.manifest["files"]}
+        Verified as it is read unless ``latest()`` just verified it; arrays come back writable."""
+        try:
+            return self.load_checked(check=not self.verified)
+        except Damaged as exc:
+            raise CheckpointError(f"checkpoint {self.path} is damaged ({exc})") from exc
+
+    def load_checked(self, check: bool = True) -> Any:
+        """``load()``, raising Damaged when ``check`` finds a file that differs from the manifest.
+        Every file is read from the disk once: bytes while a helper checksums them, other kinds by
+        checksumming first and then mapping the pages that brought into the page cache."""
+        files = self.manifest.get("files")
+        if not isinstance(files, dict) or not files:
+            raise Damaged("manifest lists no files")
+        if self.kind in ("bytes", "files"):
+            read = (lambda n: read_checked(self.path / n, files[n])) if check else self.read_bytes
+            if self.kind == "bytes":
+                return read(BYTES_FILE)
+            return {name: read(name) for name in files}
+        if check:
+            for name, want in files.items():
+                verify_file(self.path / name, want)
         if self.kind == "pickle":
             return self._load_pickle()
         if self.kind == "torch":
@@ -180,7 +192,9 @@ class CheckpointStore:
         self.wait()
         return self._write(int(step), snapshot_of_paths(paths), dict(meta or {}))
 
-    def save_torch(self, step: int, state: Any, meta: Mapping | None = None, background=False):
+    def save_torch(
+        self, step: int, state: Any, meta: Mapping | None = None, background: bool = False
+    ) -> Checkpoint | None:
         """Save a PyTorch state dict (tensors anywhere in nested dicts/lists) with ``torch.save`` streamed
         to disk. ``background``: the caller waits only for a copy of the tensors to host memory. Needs
         torch (the ``[torch]`` extra)."""
@@ -192,7 +206,8 @@ class CheckpointStore:
         if self._torch_staging is None or not self._reuse:
             self._torch_staging = torchstate.TorchStaging()
         snap = torchstate.snapshot(state, self._torch_staging)
-        return self.save_snapshot_async(int(step), snap, dict(meta or {}))
+        self.save_snapshot_async(int(step), snap, dict(meta or {}))
+        return None
 
     def save_async(self, step: int, payload: Any, meta: Mapping | None = None) -> None:
         """Copy ``payload`` now, write it in a background thread. One save in flight: this waits for the
@@ -360,14 +375,34 @@ class CheckpointStore:
 
     def latest(self, verify: bool = True) -> Checkpoint | None:
         """The newest intact checkpoint; damaged newer ones are skipped with a warning. None: none yet."""
+        found = self._first_intact(_verify if verify else (lambda _found: None))
+        return None if found is None else replace(found[0], verified=verify)
+
+    def load_latest(self) -> tuple[int, Any] | None:
+        """(step, payload) of the newest intact checkpoint, or None on a first run. Checked while
+        loaded: each file is read from the disk once."""
+        found = self.restore()
+        return None if found is None else (found[0].step, found[1])
+
+    def restore(self) -> tuple[Checkpoint, Any] | None:
+        """(checkpoint, payload) of the newest intact checkpoint, or None; like ``load_latest``."""
+        found = self._first_intact(lambda checkpoint: checkpoint.load_checked())
+        return None if found is None else (replace(found[0], verified=True), found[1])
+
+    def _first_intact(self, check: Callable[[Checkpoint], Any]) -> tuple[Checkpoint, Any] | None:
+        """The first candidate that opens and passes ``check`` (which raises Damaged), and what
+        ``check`` returned; damaged ones are skipped with a warning."""
         warned: set[str] = set()
         for _ in range(3):  # a folder vanishing while we read: a newer one arrived, or it was pruned
             vanished = False
             for name, step in self._candidates():
                 found = self._open_name(name, step)
-                problem = "no readable manifest" if found is None else (found.verify() if verify else None)
-                if problem is None and found is not None:
-                    return replace(found, verified=verify)
+                try:
+                    if found is None:
+                        raise Damaged("no readable manifest")
+                    return found, check(found)
+                except Damaged as exc:
+                    problem = str(exc)
                 if not (self.directory / name).exists():
                     vanished = True
                     break
@@ -379,11 +414,11 @@ class CheckpointStore:
                 return None
         return None
 
-    def load_latest(self) -> tuple[int, Any] | None:
-        """(step, payload) of the newest intact checkpoint, or None on a first run. Each file is read
-        from disk once: verifying brings it into the page cache, loading maps it from there."""
-        found = self.latest()
-        return None if found is None else (found.step, found.load())
+
+def _verify(found: Checkpoint) -> None:
+    problem = found.verify()
+    if problem is not None:
+        raise Damaged(problem)
 
 
 def pid_alive(pid: int) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -258,14 +259,33 @@ def map_file(path: Path) -> Any:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
 
 
-def read_whole(path: Path) -> bytes:
-    """The file's bytes. A large one is copied out of a mapping: after ``checksum_path`` its pages are
-    cached, and a read(2) would count (and copy) them once more."""
-    with open(path, "rb", buffering=0) as handle:
-        if os.fstat(handle.fileno()).st_size < OVERLAP_MIN:
-            return handle.read()
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            return bytes(mapping)
+def read_checked(path: Path, want: object) -> bytes:
+    """The file's bytes, checked against its manifest entry. A helper thread checksums the file while
+    this one reads it: the disk is read once (whichever comes first brings a page into the cache) and
+    the checksum costs no time of its own, where checking first and reading after took twice as long."""
+    if not isinstance(want, dict):
+        raise Damaged(f"{path.name}: no manifest entry")
+    found: dict[str, Any] = {}
+
+    def check() -> None:
+        try:
+            found["sum"] = checksum_path(path)
+        except OSError as exc:
+            found["error"] = exc
+
+    helper = threading.Thread(target=check, name="slurm-preempt-crc", daemon=True)
+    helper.start()
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise Damaged(f"{path.name}: {exc.strerror or exc}") from exc
+    finally:
+        helper.join()
+    size, crc = found.get("sum", (None, None))
+    if len(data) != want.get("bytes") or size != len(data) or crc != want.get("crc32"):
+        raise Damaged(f"{path.name}: size or checksum differs from the manifest")
+    return data
 
 
 def _sequential(fd: int) -> None:

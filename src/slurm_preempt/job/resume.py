@@ -122,15 +122,16 @@ class Run:
 
     def restore(self) -> Any:
         """The payload of the newest intact checkpoint (falls back past damaged ones), or None."""
-        found = self.store.latest()
-        if found is None:
+        restored = self.store.restore()  # verified while loaded: each file read once
+        if restored is None:
             return None
+        found, payload = restored
         self.restored, self.step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
         self._notice_checked = float("-inf")  # re-read the notice with the handled events known
         if self.writer:
             self._say_resumed(found)
-        return found.load()
+        return payload
 
     def _say_resumed(self, found: Checkpoint) -> None:
         before = self.previous_nodes
@@ -258,7 +259,7 @@ class Run:
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
         done = self.store.wait()  # surfaces a failed background save
-        if done is not None and done.step != getattr(self, "_recorded_step", None):
+        if done is not None and done.path != getattr(self, "_recorded_path", None):
             self._record_saved(done)
         meta.update(
             job_id=self.env.job_id,
@@ -267,17 +268,18 @@ class Run:
             node_list=self.env.node_list,
             handled_events=sorted(self._handled_events | self._current_event()),
         )
+        found: Checkpoint | None = None
         if self.torch:
             found = self.store.save_torch(step, state, meta, background=background)
         elif background:
-            found = self.store.save_async(step, state, meta)
+            self.store.save_async(step, state, meta)
         else:
             found = self.store.save(step, state, meta)
         if found is not None:  # a background save is recorded when it is done (next save or wait)
             self._record_saved(found)
 
     def _record_saved(self, found: Checkpoint) -> None:
-        self._recorded_step = found.step
+        self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
         self._ledger.record(
             "checkpoint_saved",
             step=found.step,
@@ -294,7 +296,7 @@ class Run:
     def wait(self) -> None:
         """Wait for a background save; raise its error if it failed."""
         done = self.store.wait()
-        if done is not None and done.step != getattr(self, "_recorded_step", None):
+        if done is not None and done.path != getattr(self, "_recorded_path", None):
             self._record_saved(done)
 
     @property

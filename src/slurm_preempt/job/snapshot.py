@@ -23,7 +23,7 @@ OWNER_FILE = ".owner"  # in a folder being written: who writes it (see commit.py
 BYTES_FILE = "data.bin"
 PICKLE_FILE = "state.pkl"
 BUFFERS_FILE = "state.buffers"
-BYTES_LIKE = (bytes, bytearray, memoryview)
+BYTES_LIKE = (bytes, bytearray, memoryview, mmap.mmap)
 
 
 @dataclass
