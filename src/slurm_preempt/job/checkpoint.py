@@ -262,7 +262,7 @@ class CheckpointStore:
             raise CheckpointError(self._failure_text(step, exc)) from exc
         if not self._swept:  # leftovers of a killed attempt (any host) may hold the space we need
             self._swept = True
-            commit.sweep(self.directory, self.owner, now=scratch.started)
+            self._housekeep(scratch.started, prune=False)
         self._warn_if_older(step)
         scratch.start_heartbeat()
         try:
@@ -324,12 +324,13 @@ class CheckpointStore:
         self._tidy = threading.Thread(target=self._housekeep, args=(now,), name="slurm-preempt-prune")
         self._tidy.start()
 
-    def _housekeep(self, now: float) -> None:
+    def _housekeep(self, now: float, prune: bool = True) -> None:
         try:
-            commit.prune(self.directory, self.keep, self.owner)
+            if prune:
+                commit.prune(self.directory, self.keep, self.owner)
             commit.sweep(self.directory, self.owner, now=now)
         except OSError as exc:
-            self._warn(f"cannot delete old checkpoints in {self.directory}: {exc}")
+            self._warn(f"cannot delete old checkpoints or leftovers in {self.directory}: {exc}")
 
     def _failure_text(self, step: int, exc: OSError) -> str:
         previous = self._newest_name()

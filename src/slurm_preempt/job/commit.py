@@ -216,10 +216,14 @@ class Scratch:
         self.path = directory / f".tmp-{_short_host(owner.host)}-{owner.pid}-{nonce}"
         fs_step("mkdir scratch")
         os.mkdir(self.path)
-        fs_step("write owner")
-        record = self.path / OWNER_FILE
-        record.write_text(json.dumps(asdict(owner)))
-        self.started = record.stat().st_mtime  # "now" by the file server's clock
+        try:
+            fs_step("write owner")
+            record = self.path / OWNER_FILE
+            record.write_text(json.dumps(asdict(owner)))
+            self.started = record.stat().st_mtime  # "now" by the file server's clock
+        except BaseException:
+            remove_tree(self.path)  # disk full: leave nothing behind
+            raise
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
