@@ -68,14 +68,16 @@ def _ratios(seconds, top: str, bottom: str) -> tuple[float, str]:
     return statistics.median(per_round), f"{min(per_round):.2f}-{max(per_round):.2f}"
 
 
-def _speed_rows(seconds, nbytes: int, ours: str, baseline: str, peers: list[str], target: str) -> list[dict]:
+def _speed_rows(
+    section: str, seconds, nbytes: int, ours: str, baseline: str, peers: list[str], target: str
+) -> list[dict]:
     """Rows of MB/s, each contender's speed as a ratio to the baseline's."""
     rows = []
     for name in [ours, *peers]:
         ratio, spread = _ratios(seconds, baseline, name)
         mbs = nbytes / 1e6 / statistics.median(seconds[name])
         base = nbytes / 1e6 / statistics.median(seconds[baseline])
-        rows.append(_row(name, round(mbs), "MB/s", f"{baseline} {base:.0f}", round(ratio, 2),
+        rows.append(_row(f"{section}: {name}", round(mbs), "MB/s", f"{baseline} {base:.0f}", round(ratio, 2),
                          target if name == ours else "", spread))  # fmt: skip
     return rows
 
@@ -132,16 +134,27 @@ def bench_bytes_save(folder: Path, mib: int, rounds: int) -> list[dict]:
         store.settle()  # pruning the previous one: after the save returned, off the caller's path
         return seconds
 
-    contenders = {"write+fsync": plain, "store.save": ours, "O_DIRECT": direct}
+    contenders: dict[str, Timed] = {"write+fsync": plain, "store.save": ours, "O_DIRECT": direct}
+    if _has("numpy"):  # the same bytes as a dict of arrays: Run.save's default (pickled) path
+        import numpy
+
+        arrays = numpy.frombuffer(data, dtype=numpy.uint8).reshape(16, -1)
+        state = {f"layer{i}": arrays[i] for i in range(16)}
+
+        def ours_numpy(turn):
+            seconds = _timed(lambda: store.save(turn, state))
+            store.settle()
+            return seconds
+
+        contenders["store.save (numpy state)"] = ours_numpy
     if not _direct_supported(folder):
         del contenders["O_DIRECT"]
     seconds = _alternate(contenders, rounds)
     shutil.rmtree(folder / "store")
-    rows = _speed_rows(
-        seconds, mib * MiB, "store.save", "write+fsync", [p for p in contenders if p == "O_DIRECT"], ">= 0.9"
+    peers = [p for p in contenders if p in ("store.save (numpy state)", "O_DIRECT")]
+    return _speed_rows(
+        f"bytes save {mib} MiB", seconds, mib * MiB, "store.save", "write+fsync", peers, ">= 0.9"
     )
-    rows[0]["name"] = f"bytes save {mib} MiB: store.save"
-    return rows
 
 
 def _plain_write(path: Path, data) -> None:
@@ -222,10 +235,11 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
     with _quiet():
         seconds = _alternate(contenders, rounds)
     shutil.rmtree(folder / "store")
-    rows = _speed_rows(seconds, mib * MiB, "store.save_torch", "torch.save+fsync+rename",
-                       ["DCP save", "DCP async_save (to completion)"], ">= 0.9")  # fmt: skip
-    rows[0]["name"] = f"torch state {mib} MiB: store.save_torch"
-    return rows
+    peers = ["DCP save", "DCP async_save (to completion)"]
+    baseline = "torch.save+fsync+rename"
+    return _speed_rows(
+        f"torch state {mib} MiB", seconds, mib * MiB, "store.save_torch", baseline, peers, ">= 0.9"
+    )
 
 
 # ---------------------------------------------------------------------------------------- load
@@ -269,9 +283,8 @@ def bench_load(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]:
     seconds = _alternate(contenders, rounds)
     shutil.rmtree(folder / f"load-{payload}")
     peers = [p for p in contenders if p == "torch.load"]
-    rows = _speed_rows(seconds, found.nbytes, "store.load_latest", "raw read", peers, ">= 0.8")
-    rows[0]["name"] = f"load {payload} {mib} MiB (cold cache): store.load_latest"
-    return rows
+    section = f"load {payload} {mib} MiB (cold cache)"
+    return _speed_rows(section, seconds, found.nbytes, "store.load_latest", "raw read", peers, ">= 0.8")
 
 
 def _touch(state) -> None:
