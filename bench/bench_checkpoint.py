@@ -15,7 +15,9 @@ noisy; per-round ratios cancel what the round shares.
   dropped before each (``posix_fadvise(DONTNEED)``: a restore on a node that did not write it);
   peer: ``torch.load``. Target >= 0.8.
 - async stall: what ``save_torch(background=True)`` / ``save_async`` make the caller wait vs a clone of
-  every tensor / copy of every array (fresh memory each time); peer: DCP ``async_save``. Target <= 1.1.
+  every tensor / copy of every array (fresh memory each time); peer: DCP ``async_save``; the best of 3
+  of each in a round. The store reuses the copy's memory from one background save to the next, so its
+  first save stalls like a clone and the later ones less. Target <= 1.1.
 - restore among many checkpoints; CRC-32 speed vs the plain write of this run;
 - SIGKILL trials: savers (several MiB, 30% re-saves) killed at random moments; torn or lost: target 0.
 """
@@ -331,9 +333,11 @@ def bench_stall(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]
         store.settle()  # the write itself is not the stall
         return seconds
 
-    contenders: dict[str, Timed] = {copy_name: baseline, "store stall": ours}
+    # Stalls last tens of ms, where one burst of another process on the machine can double a timing:
+    # each contender's best of STALL_TRIES in a round (the same for all), then the per-round ratio.
+    contenders: dict[str, Timed] = {copy_name: _best(baseline), "store stall": _best(ours)}
     if payload == "torch":
-        contenders["DCP async_save stall"] = lambda turn: _dcp_stall(state, folder / f"dcps-{turn}")
+        contenders["DCP async_save stall"] = _best(lambda turn: _dcp_stall(state, folder / f"dcps-{turn}"))
     with _quiet():
         seconds = _alternate(contenders, rounds)
     shutil.rmtree(folder / f"stall-{payload}")
@@ -346,6 +350,13 @@ def bench_stall(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]
         label = f"async stall, {payload} {mib} MiB: {name}"
         rows.append(_row(label, value, "ms", base, round(ratio, 2), target, spread))
     return rows
+
+
+STALL_TRIES = 3
+
+
+def _best(timed: Timed) -> Timed:
+    return lambda turn: min(timed(turn * STALL_TRIES + i) for i in range(STALL_TRIES))
 
 
 def _dcp_stall(state, where: Path) -> float:
