@@ -114,3 +114,14 @@ def test_every_step_is_announced_to_the_hook(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint_io, "step_hook", seen.append)
     write_file(tmp_path / "f", [os.urandom(2 * CHUNK + 1)])
     assert seen == ["create f", "write f", "write f", "write f", "fsync f"]
+
+
+def test_a_streamed_buffer_may_change_as_soon_as_write_returns(tmp_path):
+    """torch.save reuses or frees what it handed to write(): the checksum must have read it by then."""
+    writer = DurableWriter(tmp_path / "f")
+    buffer = bytearray(os.urandom(4 * OVERLAP_MIN))
+    expected = bytes(buffer)
+    writer.write(buffer)
+    buffer[:] = bytes(len(buffer))
+    assert writer.finish() == _entry(expected)
+    assert (tmp_path / "f").read_bytes() == expected

@@ -87,7 +87,7 @@ class DurableWriter:
         self.size = 0
         self._crc = 0
         self._kicked = 0  # bytes whose writeback was started
-        self._pool: ThreadPoolExecutor | None = None
+        self._sums: _Crc | None = None  # the helper thread, from the first large write on
         self._start_writeback = _writeback()
 
     def writable(self) -> bool:
@@ -99,27 +99,30 @@ class DurableWriter:
     def flush(self) -> None:
         pass
 
-    def write(self, data: Any) -> int:
+    def write(self, data: Any, stable: bool = False) -> int:
+        """Write ``data``; its CRC-32 runs on the helper thread meanwhile. ``stable``: the caller keeps
+        this memory unchanged until ``finish()``, so the checksum may lag behind (a snapshot's pieces);
+        otherwise write() returns only once the checksum has read it (torch.save hands out views of
+        buffers it frees right after)."""
         view = _bytes_view(data)
-        if len(view) < OVERLAP_MIN:
+        if self._sums is None and len(view) < OVERLAP_MIN:
             self._crc = zlib.crc32(view, self._crc)
             self._write_all(view)
             return len(view)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-preempt-crc")
-        pending = self._pool.submit(zlib.crc32, view, self._crc)
+        if self._sums is None:
+            self._sums = _Crc(self._crc)
+        pending = self._sums.submit(view)
         try:
             self._write_all(view)
         finally:
-            # Wait even on error: the caller may free this memory as soon as write() returns
-            # (torch.save hands out views of buffers it frees right after).
-            crc = pending.result()
-        self._crc = crc
+            if not stable:
+                pending.result()  # even on error: the caller may free this memory once we return
         return len(view)
 
     def write_pieces(self, pieces: Iterable[Any]) -> None:
+        """Write pieces that stay unchanged until ``finish()``: no wait for the checksum between them."""
         for piece in pieces:
-            self.write(piece)
+            self.write(piece, stable=True)
 
     def _write_all(self, view: memoryview) -> None:
         for start in range(0, len(view), CHUNK):
@@ -144,9 +147,9 @@ class DurableWriter:
         return _checksum_entry(self.size, self._crc)
 
     def abort(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        if self._sums is not None:
+            self._crc = self._sums.close()
+            self._sums = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -192,8 +195,8 @@ def copy_file(source: Path, target: Path) -> dict:
 class _Crc:
     """CRC-32 of a stream, computed in order on one helper thread while the caller does the I/O."""
 
-    def __init__(self) -> None:
-        self.value = 0
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-preempt-crc")
 
     def submit(self, view: memoryview) -> Future:
