@@ -158,3 +158,11 @@ def test_prices_win_over_the_assumption():
     assert cost.cost_fraction == pytest.approx(cost.cost_preemptible / cost.cost_on_demand)
     text = report.report_text(report.Report(jobs=[cost]))
     assert "*" not in text and "assumed" not in text
+
+
+def test_total_ratio_is_taken_before_rounding():
+    jobs = [report.JobCost("1", "u", "p", 1, 0, "CPU-hours", 0.0448, 0.0194, 0.0, True)]
+    jobs[0].cost_preemptible, jobs[0].cost_on_demand = 0.0448 * 0.02, (0.0448 - 0.0194) * 0.04
+    totals = report.Report(jobs=jobs).totals()
+    assert totals["cost_fraction"] == pytest.approx(0.8819, abs=1e-4)  # not 0.0009 / 0.001 = 0.9
+    assert totals["cost_preemptible"] == 0.0009 and totals["cost_on_demand"] == 0.001

@@ -211,7 +211,7 @@ class Report:
     def totals(self) -> dict:
         def total(name):
             values = [getattr(j, name) for j in self.jobs]
-            return None if any(v is None for v in values) else round(sum(values), 4)
+            return None if any(v is None for v in values) else sum(values)
 
         run = sum(j.run_hours for j in self.jobs)
         lost = sum(j.lost_hours for j in self.jobs)
@@ -235,8 +235,8 @@ class Report:
             "lost_hours": round(lost, 4),
             "waited_seconds": round(sum(j.waited_seconds for j in self.jobs), 1),
             "goodput": round((run - lost) / run, 3) if run else 1.0,
-            "cost_preemptible": pre,
-            "cost_on_demand": on_demand,
+            "cost_preemptible": _money(pre),
+            "cost_on_demand": _money(on_demand),
             "node_hours": round(node_hours, 4),
             "lost_node_hours": round(lost_node_hours, 4),
             "cost_fraction": _money(fraction),
