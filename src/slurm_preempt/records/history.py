@@ -11,8 +11,10 @@ The prolog writes ``attempt_start`` on every node, the controller's EpilogSlurmc
   the exit code tells failed from ended. A completed, a cancelled and a timed-out job all end 0:0
   there, so the ledger alone says "completed, cancelled or timed out".
 
-Work lost = attempt end minus the last durable checkpoint saved in it (the whole attempt when none);
-nothing for a completed attempt.
+Work lost (``Attempt.lost_seconds``, the one definition that history, the timeline and the report
+use; ``seconds_text`` is its one rounding) = attempt end minus the last durable checkpoint saved in it
+(the whole attempt when none); nothing for a completed attempt, and nothing after a final checkpoint:
+the job saved it because it was leaving, so what follows is the job leaving, not work redone.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Attempt:
     notice_time: datetime | None = None
     deadline: datetime | None = None
     checkpoints: list[datetime] = field(default_factory=list)
+    final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
     wait_before: float | None = None  # seconds since the previous attempt ended
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
@@ -79,10 +82,13 @@ class Attempt:
 
     @property
     def lost_seconds(self) -> float:
+        """Work this attempt did that a later one must do again (see the module's docstring)."""
         if self.end is None or self.start is None or self.cause in FINISHED_CAUSES:
             return 0.0
-        since = self.last_checkpoint or self.start
-        return max(0.0, (self.end - since).total_seconds())
+        last = self.last_checkpoint
+        if last is not None and last in self.final_checkpoints:
+            return 0.0
+        return max(0.0, (self.end - (last or self.start)).total_seconds())
 
     def to_json(self) -> dict:
         def t(moment):
@@ -120,6 +126,10 @@ class JobHistory:
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
 
+    @property
+    def lost_seconds(self) -> float:
+        return sum(a.lost_seconds for a in self.attempts)
+
     def to_json(self) -> dict:
         return {
             "job_id": self.job_id,
@@ -129,6 +139,7 @@ class JobHistory:
             "submit": to_text(self.submit) if self.submit else None,
             "accounting": self.accounting,
             "ignored_events": self.ignored_events,
+            "lost_seconds": round(self.lost_seconds, 1),
             "attempts": [a.to_json() for a in self.attempts],
         }
 
@@ -280,6 +291,8 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
         attempt.deadline = attempt.deadline or _time(event, "deadline")
     elif kind == "checkpoint_saved":
         attempt.checkpoints.append(moment)
+        if event.get("final") is True:
+            attempt.final_checkpoints.append(moment)
         if isinstance(event.get("seconds"), (int, float)):
             history.checkpoint_seconds.append(float(event["seconds"]))
     elif kind == "requeued":
@@ -372,6 +385,18 @@ def _clock(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration, compact: 0s, 0.2s, 45s, 2m05s, 1h02m. The one rounding of work lost, wherever shown."""
+    if 0 < seconds < 10 and round(seconds, 1) > 0:
+        return f"{seconds:.1f}s"
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 def _span(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -389,7 +414,13 @@ def history_text(history: JobHistory) -> str:
         head += f"  partition {history.partition}"
     if history.constraints:
         head += f"  constraint {history.constraints}"
-    lines = [head, f"{len(history.attempts)} attempt(s), from {source}; times UTC", ""]
+    preemptions = sum(1 for a in history.attempts if a.preempted)
+    lines = [
+        head,
+        f"{len(history.attempts)} attempt(s), {preemptions} preemption(s), "
+        f"{seconds_text(history.lost_seconds)} of work lost; from {source}; times UTC",
+        "",
+    ]
     for a in history.attempts:
         lines.append(
             f"attempt {a.number}  {','.join(a.nodes) or '?'}  {_clock(a.start)} -> {_clock(a.end)}"
@@ -400,7 +431,7 @@ def history_text(history: JobHistory) -> str:
             lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}")
         lines.append(
             f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
-            f"  work lost {_span(a.lost_seconds)}"
+            f"  work lost {seconds_text(a.lost_seconds)}"
         )
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")

@@ -9,17 +9,35 @@ functions. ``Slurm`` keeps no state between calls, so threads may share one; it 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError
 from slurm_preempt.slurm import parse as slurmdata
 from slurm_preempt.slurm.parse import AcctRecord, Job, Node
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TIMEOUT = 30.0
+
+# Enough configuration for a client to start and print its version; it names no real controller.
+_VERSION_PROBE_CONF = "ClusterName=version-probe\nSlurmctldHost=localhost\n"
+_NO_VERSION = "cannot tell the Slurm version: `sinfo --version` failed, also with a minimal slurm.conf"
+
+
+def _no_version(argv: list[str], returncode: int | None, stderr: str) -> SlurmError:
+    """The error of a version that cannot be told, with the client's last word (its fatal line)."""
+    last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+    error = SlurmError(argv, returncode, "", f"{_NO_VERSION}: {last}" if last else _NO_VERSION)
+    error.stderr = stderr
+    return error
+
 
 # Slurm's words for "that job is gone", across 22.05 and 24.11.
 _GONE_MARKERS = (
@@ -67,7 +85,36 @@ class Slurm:
     # ------------------------------------------------------------------------------------ queries
 
     def version(self) -> tuple[int, int]:
-        return slurmdata.parse_version(self.run(["sinfo", "--version"]))
+        """(major, minor) of the Slurm client commands, e.g. (22, 5); needs no slurm.conf.
+
+        Every client (22.05, 24.11 and 26.05 checked) reads its configuration before it looks at
+        ``--version`` or ``-V``: without one (no SLURM_CONF, no /etc/slurm/slurm.conf, no configless
+        DNS record) it dies with "Could not establish a configuration source", and with SLURM_CONF
+        naming a missing file it retries for 60 s. The version it prints is its own, whatever the
+        configuration says, so then ask again with a throwaway two-line one.
+        """
+        env = dict(os.environ if self.env is None else self.env)
+        named = env.get("SLURM_CONF")
+        if named is None or os.path.isfile(named):
+            try:
+                return slurmdata.parse_version(self.run(["sinfo", "--version"]))
+            except SlurmNotFoundError:
+                raise
+            except (SlurmError, ValueError):
+                log.debug("sinfo --version failed with this configuration: asking without it")
+        with tempfile.TemporaryDirectory(prefix="slurm-preempt-version-") as folder:
+            conf = Path(folder) / "slurm.conf"
+            conf.write_text(_VERSION_PROBE_CONF)
+            probe = Slurm(timeout=self.timeout, env={**env, "SLURM_CONF": str(conf)})
+            argv = ["sinfo", "--version"]
+            try:
+                return slurmdata.parse_version(probe.run(argv))
+            except SlurmNotFoundError:
+                raise
+            except SlurmError as exc:
+                raise _no_version(argv, exc.returncode, exc.stderr) from None
+            except ValueError as exc:
+                raise _no_version(argv, 0, str(exc)) from None
 
     def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
         """All nodes (or ``names``), in one ``sinfo`` call whatever the cluster size."""
