@@ -16,11 +16,11 @@ once per event. Import-light: the job-side library reads notices with nothing bu
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from slurm_preempt.durable import write_atomic
 
 VERSION = 1
 ENV_NOTICE = "SLURM_PREEMPT_NOTICE"
@@ -116,21 +116,10 @@ def notice_path(state_dir: Path | str, job_id: str) -> Path:
 
 
 def write_notice(path: Path | str, notice: Notice, mode: int = 0o644) -> Path:
-    """Write atomically: a reader sees the whole notice or none (temp file, fsync, rename)."""
+    """Write atomically and durably: a reader sees the whole notice or none."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".notice-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(notice.to_json(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, json.dumps(notice.to_json()), mode)
 
 
 def read_notice(path: Path | str) -> Notice | None:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import SlurmPreemptError
 
 
@@ -82,9 +83,8 @@ class FileAgreement:
     def agree(self, flags: Sequence[int]) -> list[int]:
         here = self.folder / f"{self.round:09d}"
         here.mkdir(exist_ok=True)
-        tmp = here / f".{self.rank}.tmp"
-        tmp.write_text(json.dumps([int(f) for f in flags]))
-        os.replace(tmp, here / f"{self.rank}.json")
+        # Not synced: a round matters only while its ranks live.
+        write_atomic(here / f"{self.rank}.json", json.dumps([int(f) for f in flags]), sync=False)
         values = self._gather(here)
         if self.rank == 0 and self.round >= 2:
             shutil.rmtree(self.folder / f"{self.round - 2:09d}", ignore_errors=True)

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, MissingDependencyError
 from slurm_preempt.rehearsal import procs
 from slurm_preempt.rehearsal.procs import Started
@@ -138,11 +139,7 @@ def _write_dbd_conf(spec, db_port: int, dbd_port: int) -> None:
         + "\n"
     )
     # slurmdbd reads slurmdbd.conf next to slurm.conf and refuses it unless only SlurmUser can read it.
-    path = spec.conf_path.parent / "slurmdbd.conf"
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    write_atomic(spec.conf_path.parent / "slurmdbd.conf", text, 0o600)
 
 
 def _listening(port: int) -> bool:

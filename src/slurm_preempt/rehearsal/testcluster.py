@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, MissingDependencyError, UsageError
 from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, procs
@@ -208,16 +209,13 @@ def load_state(directory: Path) -> ClusterState | None:
 
 
 def save_state(state: ClusterState) -> None:
-    path = state.spec.directory / STATE_FILE
-    tmp = path.with_suffix(".tmp")
     payload = {
         "spec": state.spec.to_json(),
         "processes": [p.to_json() for p in state.processes],
         "started_at": state.started_at,
         "ready_seconds": state.ready_seconds,
     }
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
+    write_atomic(state.spec.directory / STATE_FILE, json.dumps(payload, indent=1))
 
 
 # ---------------------------------------------------------------------------------------- up / down
@@ -262,9 +260,7 @@ def _prepare_dirs(spec: ClusterSpec) -> None:
     os.chmod(d / "munge", 0o755)  # munged refuses a socket folder that others can write
     key = d / "munge" / "munge.key"
     if not key.exists():
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as out:
-            out.write(os.urandom(1024))
+        write_atomic(key, os.urandom(1024), 0o400)
 
 
 def _check_ports(spec: ClusterSpec) -> None:
@@ -289,7 +285,7 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
     _prepare_dirs(spec)
     d = spec.directory
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
-    spec.conf_path.write_text(render_conf(spec, first_job_id))
+    write_atomic(spec.conf_path, render_conf(spec, first_job_id))
     if spec.hooks:  # the same code path as `slurm-preempt hooks install`
         hooks.install(d / "etc", spec.state_dir)
     state = ClusterState(spec=spec, started_at=time.time())
