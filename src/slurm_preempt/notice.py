@@ -41,7 +41,10 @@ def from_text(text: str) -> datetime:
 
 
 def deadline(drain_time: datetime, grace_seconds: float) -> datetime:
-    """When a node drained at ``drain_time`` is taken away: the one place this sum is made."""
+    """When a node drained at ``drain_time`` is taken away: the one place a deadline is computed.
+
+    A job that got a bare signal (no notice file) uses it too, with the signal's time and its
+    ``deadline_after_signal`` (``job/settings.py``)."""
     return drain_time + timedelta(seconds=grace_seconds)
 
 

@@ -16,6 +16,7 @@ Import-light: torch is imported only when a TorchAgreement is built.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -26,6 +27,8 @@ from typing import Protocol
 
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import SlurmPreemptError
+
+log = logging.getLogger(__name__)
 
 
 class Agreement(Protocol):
@@ -114,9 +117,9 @@ def default(world: int) -> Agreement:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return TorchAgreement()
     if world > 1:
-        print(
-            f"slurm-preempt: warning: {world} ranks but no agreement (torch.distributed not initialised): "
+        log.warning(
+            "%d ranks but no agreement (torch.distributed not initialised): "
             "pass agreement= to Run so all ranks checkpoint at the same step",
-            file=sys.stderr,
+            world,
         )
     return SingleProcess()
