@@ -16,16 +16,16 @@ Prices come from ``[report]`` in the config (see docs/report.md)::
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from slurm_preempt import ledger
 from slurm_preempt.errors import ConfigError
+from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
 
-DEFAULT_DISCOUNT = 0.5  # the documented example of seed 001: preemptible at half the on-demand price
+DEFAULT_DISCOUNT = 0.5  # the documented example (docs/report.md): preemptible at half the on-demand price
 
 
 @dataclass(frozen=True)
@@ -187,23 +187,14 @@ def advise_interval(
     """
     if not checkpoint_seconds or not mtbp_seconds or checkpoint_seconds <= 0 or mtbp_seconds <= 0:
         return None
-    try:  # the resume engineer's module; the formulas live there once
-        from slurm_preempt.job.interval import daly, young_daly
-    except ImportError:
-        young = math.sqrt(2 * checkpoint_seconds * mtbp_seconds)
-        best, formula = young, "young (interval.py not installed)"
-    else:
-        young = young_daly(checkpoint_seconds, mtbp_seconds)
-        best, formula = daly(checkpoint_seconds, mtbp_seconds), "daly"
-    advice = {
+    return {
         "checkpoint_seconds": round(checkpoint_seconds, 2),
         "mtbp_seconds": round(mtbp_seconds, 1),
-        "young_seconds": round(young, 1),
-        "advised_seconds": round(best, 1),
-        "formula": formula,
+        "young_seconds": round(young_daly(checkpoint_seconds, mtbp_seconds), 1),
+        "advised_seconds": round(daly(checkpoint_seconds, mtbp_seconds), 1),
+        "formula": "daly",  # the formulas live once, in job/interval.py
         "current_seconds": None if current_seconds is None else round(current_seconds, 1),
     }
-    return advice
 
 
 def verdict(cost: JobCost) -> str:
@@ -212,11 +203,11 @@ def verdict(cost: JobCost) -> str:
         return "no attempt recorded"
     if not cost.completed:
         return "still running" if cost.last_cause == "running" else f"did not complete: {cost.last_cause}"
-    priced = cost.cost_preemptible is not None and cost.cost_on_demand is not None
-    if priced and cost.cost_preemptible >= cost.cost_on_demand:
+    paid, on_demand = cost.cost_preemptible, cost.cost_on_demand
+    if paid is not None and on_demand is not None and paid >= on_demand:
         return (
             f"preemptible is NOT worth it for this job: lost work and restarts cost "
-            f"{cost.cost_preemptible:.2f} against {cost.cost_on_demand:.2f} on-demand"
+            f"{paid:.2f} against {on_demand:.2f} on-demand"
         )
     if cost.goodput < 0.5:
         return (
