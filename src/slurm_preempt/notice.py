@@ -1,8 +1,8 @@
 """The preemption notice: what a job is told when its node is going away.
 
-Contract (../shared/DESIGN.md): when a source learns that node N will be taken away at deadline D,
-every job on N gets a JSON file, written atomically where the job reads it (``SLURM_PREEMPT_NOTICE``,
-by default ``<state_dir>/notices/<job_id>.json``)::
+The contract (README "How it works", docs/watcher.md): when a source learns that node N will be taken
+away at deadline D, every job on N gets a JSON file, written atomically where the job reads it
+(``SLURM_PREEMPT_NOTICE``, by default ``<state_dir>/notices/<job_id>.json``)::
 
     {"version": 1, "job_id": "123", "node": "pre1", "reason": "...", "source": "slurm",
      "event_id": "pre1@2026-12-01T06:06:41Z", "drain_time": "...Z", "detected_at": "...Z",
@@ -23,8 +23,8 @@ from pathlib import Path
 from slurm_preempt.durable import write_atomic
 
 VERSION = 1
-ENV_NOTICE = "SLURM_PREEMPT_NOTICE"
-SOURCES = ("slurm", "together", "aws", "gcp", "signal", "drill", "test")
+ENV_NOTICE = "SLURM_PREEMPT_NOTICE"  # where a job reads its notice (the TaskProlog exports it)
+DEFAULT_GRACE_SECONDS = 300.0  # the providers' window from drain to removal: the default grace
 
 
 def utcnow() -> datetime:
@@ -58,7 +58,7 @@ class Notice:
     detected_at: datetime
     deadline: datetime
     event_id: str = ""
-    grace_seconds: float = 300.0
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
     version: int = VERSION
 
     @classmethod
@@ -105,7 +105,7 @@ class Notice:
             detected_at=from_text(data.get("detected_at") or data["deadline"]),
             deadline=from_text(data["deadline"]),
             event_id=str(data.get("event_id", "")),
-            grace_seconds=float(data.get("grace_seconds", 300.0)),
+            grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             version=int(data.get("version", VERSION)),
         )
 

@@ -1,10 +1,11 @@
 """Logging for the command line: configured here, once, and nowhere else.
 
-The library logs through ``logging.getLogger(__name__)`` and never adds a handler. A command gets one
-stderr handler on the ``slurm_preempt`` logger: short lines for people (``testcluster: starting munged``,
-the last part of the logger's name first), and for the watcher daemon a UTC timestamp on each line,
-since its log is read later (journald, a file). ``-v`` shows debug lines, among them the traceback of
-an error; ``-q`` shows only warnings and errors.
+The library logs through ``logging.getLogger(__name__)`` and never adds a handler (but for ``Run`` in
+a job that configured no logging, ``job/joblog.py``). A command gets one stderr handler on the
+``slurm_preempt`` logger, replacing any other there: short lines for people (``testcluster: starting
+munged``, the last part of the logger's name first), and for the watcher daemon a UTC timestamp on
+each line, since its log is read later (journald, a file). ``-v`` shows debug lines, among them the
+traceback of an error; ``-q`` (or a command's ``--quiet``/``--json``) only warnings and errors.
 """
 
 from __future__ import annotations

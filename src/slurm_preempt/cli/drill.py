@@ -10,6 +10,7 @@ from slurm_preempt import config
 from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.errors import UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.rehearsal import drill
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import expand_nodes
@@ -21,9 +22,9 @@ from slurm_preempt.slurm.parse import expand_nodes
 @click.option(
     "--grace",
     type=float,
-    default=300,
+    default=DEFAULT_GRACE_SECONDS,
     show_default=True,
-    help="Seconds from drain (T+0) to removal. The providers' real window is 300.",
+    help="Seconds from drain (T+0) to removal: the providers' real window by default.",
 )
 @click.option(
     "--pause",

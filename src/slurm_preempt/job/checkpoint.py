@@ -75,9 +75,6 @@ class Checkpoint:
     def nbytes(self) -> int:
         return sum(f["bytes"] for f in self.manifest["files"].values())
 
-    def file(self, name: str) -> Path:
-        return self.path / name
-
     def verify(self) -> str | None:
         """None when every file has its recorded size and checksum, else what is wrong."""
         files = self.manifest.get("files")

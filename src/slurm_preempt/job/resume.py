@@ -48,6 +48,9 @@ from slurm_preempt.notice import deadline as deadline_of
 
 log = logging.getLogger(__name__)
 
+# When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.
+FALLBACK_WAIT_PAST_DEADLINE = 300.0
+
 
 class Run:
     """One attempt of a job. Build it once, early; it installs signal handlers (main thread only).
@@ -374,7 +377,7 @@ def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: flo
             "%s; exiting %d (requeue_exit_code) so RequeueExit= requeues the job", message, requeue_exit_code
         )
         sys.exit(int(requeue_exit_code))
-    wait = max(seconds_left or 0.0, 0.0) + 300.0
+    wait = max(seconds_left or 0.0, 0.0) + FALLBACK_WAIT_PAST_DEADLINE
     log.warning(
         "%s; checkpoint saved; waiting up to %.0f s for Slurm to end and requeue the job", message, wait
     )

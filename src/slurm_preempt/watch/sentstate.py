@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from slurm_preempt.durable import write_atomic
-from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS, from_text, to_text
 
 VERSION = 1
 
@@ -56,7 +56,7 @@ class NodeEvent:
             drain_time=from_text(data["drain_time"]),
             reason=str(data.get("reason", "")),
             source=str(data.get("source", "slurm")),
-            grace=float(data.get("grace", 300.0)),
+            grace=float(data.get("grace", DEFAULT_GRACE_SECONDS)),
             handled=bool(data.get("handled", False)),
             enforced=bool(data.get("enforced", False)),
         )
