@@ -2,9 +2,9 @@
 
 Every call is an argv list (never a shell), has a timeout, and raises a typed error carrying argv,
 exit code and stderr. Which cluster is talked to is decided the Slurm way, by ``SLURM_CONF`` in the
-environment (the local test cluster exports its own). Parsing lives in ``slurmdata`` as pure functions.
-
-``Slurm.calls`` counts the commands run, so the watcher's "one query per poll" can be checked.
+environment (the local test cluster exports its own). Parsing lives in ``slurm.parse`` as pure
+functions. ``Slurm`` keeps no state between calls, so threads may share one; it satisfies
+``slurm.interface.WatcherSlurm``, the narrow set of calls the drain watcher makes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError
 from slurm_preempt.slurm import parse as slurmdata
@@ -35,8 +35,6 @@ class Slurm:
 
     timeout: float = DEFAULT_TIMEOUT
     env: Mapping[str, str] | None = None  # None: this process's environment
-    calls: int = 0
-    history: list[list[str]] = field(default_factory=list, repr=False)
 
     # ------------------------------------------------------------------------------------ runner
 
@@ -45,8 +43,6 @@ class Slurm:
         argv = [str(a) for a in argv]
         if shutil.which(argv[0], path=(self.env or os.environ).get("PATH")) is None:
             raise SlurmNotFoundError(argv)
-        self.calls += 1
-        self.history.append(argv)
         limit = self.timeout if timeout is None else timeout
         try:
             proc = subprocess.run(
@@ -86,18 +82,15 @@ class Slurm:
         self,
         job_ids: Iterable[str] | None = None,
         nodes: Iterable[str] | None = None,
-        users: Iterable[str] | None = None,
         states: str | None = None,
     ) -> list[Job]:
-        """Jobs filtered by ids, nodes, users and states, in one ``squeue`` call."""
+        """Jobs filtered by ids, nodes and states, in one ``squeue`` call."""
         argv = ["squeue", "-h", "-O", slurmdata.format_arg(slurmdata.JOB_FIELDS)]
         ids = list(job_ids or [])
         if ids:
             argv += ["-j", ",".join(ids)]
         if nodes:
             argv += ["-w", slurmdata.compress_nodes(nodes)]
-        if users:
-            argv += ["-u", ",".join(users)]
         if states:
             argv += ["-t", states]
         try:
@@ -122,7 +115,7 @@ class Slurm:
 
     # ------------------------------------------------------------------------------------ actions
 
-    def submit(self, script_path: str, extra_args: Sequence[str] = (), test_only=False) -> str:
+    def submit(self, script_path: str, extra_args: Sequence[str] = (), test_only: bool = False) -> str:
         """``sbatch --parsable``; returns the job id. With ``test_only``, returns sbatch's answer."""
         if test_only:
             argv = ["sbatch", "--test-only", *extra_args, script_path]
@@ -134,7 +127,7 @@ class Slurm:
             return "ok"
         return slurmdata.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
 
-    def signal(self, job_id: str, signal: str, *, batch_only=False, full=False) -> None:
+    def signal(self, job_id: str, signal: str, *, batch_only: bool = False, full: bool = False) -> None:
         """``scancel --signal``: the only way slurm-preempt signals a job (never a PID from a file)."""
         argv = ["scancel", f"--signal={signal}"]
         if batch_only:
@@ -143,7 +136,7 @@ class Slurm:
             argv.append("--full")
         self.run([*argv, str(job_id)])
 
-    def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only=False) -> str:
+    def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:
         """One ``scancel --signal`` for many jobs (a correlated preemption: one process, not one per job).
         scancel signals every job it can and names each one it could not on stderr, which is returned
         ("" when all were signalled). A timeout or a missing scancel still raises."""

@@ -1,6 +1,6 @@
 """Typed records of Slurm nodes, jobs and accounting rows, and the pure parsers that build them.
 
-Nothing here runs a command: ``slurm.py`` runs them and hands the text to these functions, which the
+Nothing here runs a command: ``commands.py`` runs them and hands the text to these functions, which the
 tests feed with output captured from real Slurm 22.05 and 24.11 (tests/data/).
 
 Why text and not ``--json``: ``sinfo/squeue/sacct --json`` exist in 22.05 but their shapes changed in

@@ -20,15 +20,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, Protocol
 
 from slurm_preempt.errors import ConfigError
-from slurm_preempt.notice import from_text, utcnow
+from slurm_preempt.notice import deadline, from_text, utcnow
 from slurm_preempt.slurm.parse import Node
 
 TOGETHER_REASON = "TogetherPreemptionNotified"
 DEFAULT_TOGETHER_BASE = "https://api.together.ai"
 AWS_BASE = "http://169.254.169.254"
 GCP_BASE = "http://metadata.google.internal"
+AWS_NOTICE_SECONDS = 120.0  # AWS: a spot instance-action comes two minutes before the action
+GCP_NOTICE_SECONDS = 30.0  # GCE: preemption takes 30 s from the moment `preempted` turns TRUE
 
 
 class SourceError(Exception):
@@ -47,6 +50,16 @@ class Drain:
     down: bool = False  # Slurm says DOWN: its reason and time may have overwritten the drain's
 
 
+class Source(Protocol):
+    """A source other than Slurm's node state: its name (in logs and notices) and one read."""
+
+    name: str
+
+    def fetch(self) -> list[Drain]:
+        """The drains it knows of now. SourceError when it cannot be read this time."""
+        ...
+
+
 # ---------------------------------------------------------------------------------------- Slurm
 
 
@@ -59,9 +72,9 @@ class DrainRules:
     maintenance). Drains by slurm-preempt's own drill carry the provider's reason and count as real.
     """
 
-    feature: str | None = "preemptible"
-    include: tuple[re.Pattern, ...] = ()
-    exclude: tuple[re.Pattern, ...] = ()
+    feature: str | None = None
+    include: tuple[re.Pattern[str], ...] = ()
+    exclude: tuple[re.Pattern[str], ...] = ()
 
     @classmethod
     def from_strings(cls, feature: str | None, include: Iterable[str], exclude: Iterable[str]) -> DrainRules:
@@ -76,18 +89,18 @@ class DrainRules:
         return by_feature or any(p.search(node.reason) for p in self.include)
 
 
-def _compile(patterns: Iterable[str], key: str) -> tuple[re.Pattern, ...]:
+def _compile(patterns: Iterable[str], key: str) -> tuple[re.Pattern[str], ...]:
     try:
         return tuple(re.compile(p) for p in patterns)
     except re.error as exc:
         raise ConfigError(f"[watch] {key}: bad regular expression ({exc})") from None
 
 
-def slurm_drains(nodes: Iterable[Node], rules: DrainRules, grace: float) -> list[Drain]:
+def slurm_drains(nodes: Iterable[Node], rules: DrainRules, grace: float, now: datetime) -> list[Drain]:
     """The nodes of one ``sinfo`` answer that are going away. A node drained without a reason time
-    (Slurm always records one; be safe) gets the present moment."""
+    (Slurm always records one; be safe) gets ``now``."""
     return [
-        Drain(n.name, n.reason, n.reason_time or utcnow(), "slurm", grace, down=n.down)
+        Drain(n.name, n.reason, n.reason_time or now, "slurm", grace, down=n.down)
         for n in nodes
         if rules.counts(n)
     ]
@@ -116,7 +129,7 @@ class NodeMap:
     """Provider node names -> Slurm node names: ``re.fullmatch(pattern)`` then ``match.expand(template)``;
     names that do not match are kept as they are (identity when no pattern is set)."""
 
-    pattern: re.Pattern | None = None
+    pattern: re.Pattern[str] | None = None
     template: str = r"\g<0>"
 
     @classmethod
@@ -166,10 +179,10 @@ class TogetherSource:
 
     cluster_id: str
     token: str = field(repr=False)
-    grace: float = 300.0
-    base_url: str = DEFAULT_TOGETHER_BASE
+    grace: float
+    base_url: str
+    timeout: float
     node_map: NodeMap = field(default_factory=NodeMap)
-    timeout: float = 5.0
     name: str = "together"
 
     @property
@@ -186,7 +199,7 @@ class TogetherSource:
         return parse_together(data, self.node_map, self.grace)
 
 
-def parse_together(data, node_map: NodeMap, grace: float, now: datetime | None = None) -> list[Drain]:
+def parse_together(data: Any, node_map: NodeMap, grace: float, now: datetime | None = None) -> list[Drain]:
     """Drains from a cluster document. Events past their deadline are over (the node is gone): skipped.
     Unreadable events are skipped one by one; a document without the array is an error."""
     if not isinstance(data, dict) or not isinstance(data.get("node_lifecycle_events"), list):
@@ -195,14 +208,14 @@ def parse_together(data, node_map: NodeMap, grace: float, now: datetime | None =
     found: dict[str, Drain] = {}
     for event in data["node_lifecycle_events"]:
         drain = _together_event(event, node_map, grace)
-        if drain is None or drain.drain_time + timedelta(seconds=grace) < now:
+        if drain is None or deadline(drain.drain_time, grace) < now:
             continue
         if drain.node not in found or drain.drain_time < found[drain.node].drain_time:
             found[drain.node] = drain
     return list(found.values())
 
 
-def _together_event(event, node_map: NodeMap, grace: float) -> Drain | None:
+def _together_event(event: Any, node_map: NodeMap, grace: float) -> Drain | None:
     if not isinstance(event, dict) or event.get("reason") != TOGETHER_REASON:
         return None
     name = next((event[k] for k in _NODE_KEYS if isinstance(event.get(k), str) and event[k]), None)
@@ -214,7 +227,7 @@ def _together_event(event, node_map: NodeMap, grace: float) -> Drain | None:
     return Drain(node_map.slurm_name(name), reason, moment, "together", grace)
 
 
-def _when(value) -> datetime | None:
+def _when(value: Any) -> datetime | None:
     """ISO 8601 text (``Z`` or offset; naive means UTC) or epoch seconds."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -235,13 +248,15 @@ class AwsSpotSource:
     The action time is the deadline; AWS gives two minutes, so the drain time is that minus 120 s."""
 
     node: str
-    base_url: str = AWS_BASE
-    timeout: float = 2.0
+    base_url: str
+    timeout: float
     name: str = "aws"
 
     def fetch(self) -> list[Drain]:
         base = self.base_url.rstrip("/")
-        token = _http("PUT", f"{base}/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "60"}, 2)
+        token = _http(
+            "PUT", f"{base}/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "60"}, self.timeout
+        )
         try:
             body = _http(
                 "GET",
@@ -253,11 +268,12 @@ class AwsSpotSource:
             return []
         try:
             data = json.loads(body)
-            deadline = from_text(data["time"])
+            action_time = from_text(data["time"])
         except (ValueError, KeyError, TypeError):
             raise SourceError("AWS instance-action is not the documented JSON") from None
         reason = f"AWS spot instance-action: {data.get('action', 'terminate')}"
-        return [Drain(self.node, reason, deadline - timedelta(seconds=120), self.name, 120.0)]
+        drained = action_time - timedelta(seconds=AWS_NOTICE_SECONDS)
+        return [Drain(self.node, reason, drained, self.name, AWS_NOTICE_SECONDS)]
 
 
 @dataclass
@@ -265,8 +281,8 @@ class GcpPreemptedSource:
     """GCP ``instance/preempted`` answers TRUE once preemption began; GCE gives 30 s from then."""
 
     node: str
-    base_url: str = GCP_BASE
-    timeout: float = 2.0
+    base_url: str
+    timeout: float
     name: str = "gcp"
     _seen_at: datetime | None = None
 
@@ -277,7 +293,7 @@ class GcpPreemptedSource:
             return []
         # GCP gives no time: the first moment we saw TRUE is the drain time, and stays so.
         self._seen_at = self._seen_at or utcnow()
-        return [Drain(self.node, "GCP instance preempted", self._seen_at, self.name, 30.0)]
+        return [Drain(self.node, "GCP instance preempted", self._seen_at, self.name, GCP_NOTICE_SECONDS)]
 
 
 # ---------------------------------------------------------------------------------------- HTTP
