@@ -57,7 +57,7 @@ def test_a_planted_temporary_name_is_never_opened(tmp_path, monkeypatch):
     victim = tmp_path / "victim"
     victim.write_text("keep")
     names = iter(["planted", "free"])
-    monkeypatch.setattr(durable.secrets, "token_hex", lambda _n: next(names))
+    monkeypatch.setattr(durable, "_random_suffix", lambda: next(names))
     (tmp_path / ".x.json.planted.tmp").symlink_to(victim)
     durable.write_atomic(tmp_path / "x.json", "{}")
     assert victim.read_text() == "keep" and (tmp_path / "x.json").read_text() == "{}"

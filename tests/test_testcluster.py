@@ -75,7 +75,9 @@ def test_down_stops_everything_it_started(tmp_path):
     if os.geteuid() != 0:  # pragma: no cover
         pytest.skip("needs root")
     tc.check_packages()
-    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=17450)
+    # its own ports, apart from the session cluster's (SP_TEST_PORT and up) and the hooks cluster's (+50)
+    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 25
+    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=port)
     state = tc.up(spec)
     env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
     script = tmp_path / "job.sh"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import zlib
 from pathlib import Path
 
@@ -131,12 +130,16 @@ def _open_folder(folder: Path) -> int:
 def _create_temp(folder: int, name: str, mode: int) -> tuple[str, int]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for _attempt in range(100):
-        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{name}.{_random_suffix()}.tmp"
         try:
             return tmp, os.open(tmp, flags, mode & 0o777, dir_fd=folder)
         except FileExistsError:  # taken (by chance, or by someone planting names): draw another
             continue
     raise FileExistsError(f"no free temporary name for {name} after 100 tries")
+
+
+def _random_suffix() -> str:
+    return os.urandom(6).hex()
 
 
 def _write_all(fd: int, payload: bytes) -> None:

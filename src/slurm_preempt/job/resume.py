@@ -76,13 +76,13 @@ class Run:
         torch: bool = False,
         log_to_stderr: bool | None = None,
     ):
-        self._stop_logging = joblog.show_on_stderr(log_to_stderr)
-        settings = job_settings.load()
-        self.env = JobEnv.from_environ(environ)
         env = os.environ if environ is None else environ
         folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
         if not folder:
             raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
+        self._stop_logging = joblog.show_on_stderr(log_to_stderr)  # first: settings may warn
+        settings = job_settings.load()
+        self.env = JobEnv.from_environ(environ)
         self.store = CheckpointStore(folder, keep=int(keep or settings.keep))
         if interval is None and every is None:
             interval = _seconds(env.get(ENV_CHECKPOINT_INTERVAL))

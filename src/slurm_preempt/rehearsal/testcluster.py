@@ -38,12 +38,13 @@ from slurm_preempt.rehearsal.clusterspec import (
     render_conf,
     save_state,
 )
-from slurm_preempt.rehearsal.procs import Started
+from slurm_preempt.rehearsal.procs import SYSTEM_PATH, Started
 from slurm_preempt.slurm.commands import Slurm
 
 __all__ = [
     "DEFAULT_DIR",
     "DEFAULT_PORT",
+    "SYSTEM_PATH",
     "ClusterSpec",
     "ClusterState",
     "check_packages",
