@@ -96,8 +96,11 @@ def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields)
     }
     name = f"{time.time_ns()}-{host}-{os.getpid()}-{kind}.json"
     # The folder belongs to the job's user while root's hooks and the watcher write here too: the one
-    # write protocol is safe against that user renaming or planting names meanwhile.
-    return write_atomic(folder / name, json.dumps(event, default=str), 0o644)
+    # write protocol is safe against that user renaming or planting names meanwhile. Not fsynced (as
+    # the hooks' own events are not): an event is history on shared storage, whose client flushes it
+    # at close, and a job writes one between its final checkpoint and its requeue, the path that races
+    # the deadline.
+    return write_atomic(folder / name, json.dumps(event, default=str), 0o644, sync=False)
 
 
 def events(state_dir: Path | str, job_id: str) -> list[dict]:
