@@ -66,3 +66,33 @@ def test_job_ids_lists_only_job_folders(tmp_path):
         ledger.record(tmp_path, job, "attempt_start", source="hook")
     (tmp_path / "jobs" / ".hook-123-4").write_text("")
     assert ledger.job_ids(tmp_path) == ["3", "12", "100_2"]
+
+
+def _swap_new_temp_files_for_links_to(victim, monkeypatch):
+    """Play the owner of the job's folder: the moment a writer creates its temporary file, move that
+    file away and put a symlink to ``victim`` under its name."""
+    real_open = os.open
+
+    def racing_open(path, flags, mode=0o777, *, dir_fd=None):
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if flags & os.O_CREAT and flags & os.O_EXCL:
+            os.rename(path, f"{path}.moved", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.symlink(victim, path, dir_fd=dir_fd)
+        return fd
+
+    monkeypatch.setattr(os, "open", racing_open)
+
+
+def test_a_user_swapping_names_in_their_folder_cannot_chmod_another_file(tmp_path, monkeypatch):
+    """Root records events into the job owner's folder; the owner races the writer with a symlink to
+    a file of root's (here: any file with mode 0600). Before the one write protocol, the writer set the
+    mode by path and so made the victim world-readable."""
+    victim = tmp_path / "shadow"
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    (tmp_path / "jobs" / "9").mkdir(parents=True)
+    _swap_new_temp_files_for_links_to(victim, monkeypatch)
+    ledger.record(tmp_path, "9", "checkpoint_saved", source="watcher", step=1)
+    monkeypatch.undo()
+    assert oct(victim.stat().st_mode & 0o777) == oct(0o600)
+    assert victim.read_text() == "secret"

@@ -1,10 +1,23 @@
-"""Durable file writes for the checkpoint store: write in chunks, CRC-32 as we go, fsync.
+"""Durable file writes: the one protocol for small files, and the checkpoint store's chunked data.
+
+``write_atomic`` is how every small file is written (notices, the watcher's state, ledger events,
+installed hooks, agreement rounds, the test cluster's state): a reader sees the old file or the new
+one, never half of either. It is safe in a folder that another user owns, which is the ledger's case
+(root's hooks and the watcher write into ``jobs/<id>/``, which belongs to the job's user): the folder
+is opened once, the temporary file is created in it by name relative to that open folder
+(``O_EXCL|O_NOFOLLOW``: never an existing file or link the user put there), its mode is set on the
+open descriptor (never by path), and the rename happens inside the same open folder. A user who swaps
+names in their folder meanwhile can at worst lose the new file; they can never make the writer
+follow a link, change the mode of another file or write anywhere else. The folder itself is opened
+without following a symlink, unless that symlink belongs to root or to the writer (an admin's
+``/etc/slurm -> /shared/slurm/etc``; never a link another user planted).
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 from pathlib import Path
@@ -65,3 +78,78 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path | str, data: bytes | str, mode: int = 0o644, sync: bool = True) -> Path:
+    """Replace ``path`` with a new file holding ``data`` (mode ``mode``, whatever the umask).
+
+    ``sync``: fsync the file before the rename and the folder after it, so the new content survives
+    a crash of the machine; False where the file only matters while its writers live.
+    The temporary name starts with a dot (readers skip those; Slurm's ``prolog.d/*`` glob does not
+    match them) and ends in ``.tmp``. Raises OSError; nothing is left behind on failure.
+    """
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    folder = _open_folder(path.parent)
+    try:
+        tmp, fd = _create_temp(folder, path.name, mode)
+        try:
+            try:
+                os.fchmod(fd, mode)
+                _write_all(fd, payload)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            _unlink_quietly(tmp, folder)
+            raise
+        if sync:
+            os.fsync(folder)
+    finally:
+        os.close(folder)
+    return path
+
+
+def _open_folder(folder: Path) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        return os.open(folder, flags | os.O_NOFOLLOW)
+    except OSError as exc:  # a symlink: ENOTDIR with O_DIRECTORY, ELOOP without
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR) or not os.path.islink(folder):
+            raise
+    owner = os.lstat(folder).st_uid
+    if owner not in (0, os.geteuid()):
+        raise PermissionError(
+            errno.EPERM, f"not following a symlink of uid {owner} as the folder to write in", str(folder)
+        )
+    return os.open(folder, flags)
+
+
+def _create_temp(folder: int, name: str, mode: int) -> tuple[str, int]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _attempt in range(100):
+        tmp = f".{name}.{_random_suffix()}.tmp"
+        try:
+            return tmp, os.open(tmp, flags, mode & 0o777, dir_fd=folder)
+        except FileExistsError:  # taken (by chance, or by someone planting names): draw another
+            continue
+    raise FileExistsError(f"no free temporary name for {name} after 100 tries")
+
+
+def _random_suffix() -> str:
+    return os.urandom(6).hex()
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _unlink_quietly(name: str, folder: int) -> None:
+    try:
+        os.unlink(name, dir_fd=folder)
+    except OSError:
+        pass

@@ -4,8 +4,8 @@ Layout::
 
     <state_dir>/jobs/<job_id>/<time_ns>-<host>-<pid>-<kind>.json
 
-Each file is written under a temporary name and renamed, so a reader never sees half an event, and
-no two hosts ever append to one file (the state directory is usually NFS). Kinds:
+Each file is written with ``durable.write_atomic``, so a reader never sees half an event, and no two
+hosts ever append to one file (the state directory is usually NFS). Kinds:
 
     attempt_start  attempt_end  notice_sent  signal_sent  checkpoint_saved  resumed_from
     requeued  fast_restart  fallback  enforced_requeue
@@ -29,11 +29,11 @@ import json
 import os
 import socket
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.notice import to_text, utcnow
 
 # Kinds only root's hooks (or SlurmUser's EpilogSlurmctld) write; from anyone else they are forged.
@@ -95,16 +95,12 @@ def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields)
         **fields,
     }
     name = f"{time.time_ns()}-{host}-{os.getpid()}-{kind}.json"
-    fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(event, handle, default=str)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, folder / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return folder / name
+    # The folder belongs to the job's user while root's hooks and the watcher write here too: the one
+    # write protocol is safe against that user renaming or planting names meanwhile. Not fsynced (as
+    # the hooks' own events are not): an event is history on shared storage, whose client flushes it
+    # at close, and a job writes one between its final checkpoint and its requeue, the path that races
+    # the deadline.
+    return write_atomic(folder / name, json.dumps(event, default=str), 0o644, sync=False)
 
 
 def events(state_dir: Path | str, job_id: str) -> list[dict]:

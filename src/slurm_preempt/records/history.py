@@ -235,18 +235,18 @@ def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event:
         attempt.nodes = expand_nodes(str(event["nodes"]))
 
 
-def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[AcctRecord]:
+def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[Attempt]:
     """sacct -D rows are the attempts in order; pair them with ledger attempts by start time."""
-    rows = sorted((r for r in rows if r.start is not None), key=lambda r: r.start)
+    started = sorted(((r.start, r) for r in rows if r.start is not None), key=lambda pair: pair[0])
     merged = []
     unmatched = list(attempts)
-    for index, row in enumerate(rows):
-        match = _pair(unmatched, index, row)
+    for index, (start, row) in enumerate(started):
+        match = _pair(unmatched, index, start)
         attempt = match or Attempt(number=index, source="sacct")
         if match is not None:
             unmatched.remove(match)
             attempt.source = "ledger+sacct"
-        attempt.start = attempt.start or row.start
+        attempt.start = attempt.start or start
         attempt.end = attempt.end or row.end  # the hooks' times have nanoseconds, sacct's whole seconds
         attempt.nodes = attempt.nodes or list(row.nodes)
         attempt.exit_code = row.exit_code or attempt.exit_code
@@ -264,18 +264,19 @@ def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRec
     return sorted(merged, key=lambda a: (a.start is None, a.start or datetime.max, a.number))
 
 
-def _pair(attempts: list[Attempt], index: int, row: AcctRecord) -> Attempt | None:
-    """The ledger attempt of this sacct row: the same restart number (rows in order are restarts
-    0, 1, ...) unless its start is far off, else the one that started closest, within two minutes."""
+def _pair(attempts: list[Attempt], index: int, start: datetime) -> Attempt | None:
+    """The ledger attempt of the sacct row that started at ``start``: the same restart number (rows in
+    order are restarts 0, 1, ...) unless its start is far off, else the one that started closest,
+    within two minutes."""
 
-    def near(a: Attempt) -> bool:
-        return a.start is None or abs((a.start - row.start).total_seconds()) <= 120
+    def gap(a: Attempt) -> float:
+        return 0.0 if a.start is None else abs((a.start - start).total_seconds())
 
-    same = next((a for a in attempts if a.number == index and near(a)), None)
+    same = next((a for a in attempts if a.number == index and gap(a) <= 120), None)
     if same is not None:
         return same
-    close = [a for a in attempts if a.start is not None and near(a)]
-    return min(close, key=lambda a: abs((a.start - row.start).total_seconds()), default=None)
+    close = [a for a in attempts if a.start is not None and gap(a) <= 120]
+    return min(close, key=gap, default=None)
 
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_preempt.config import DEFAULT_STATE_DIR
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import UsageError
 from slurm_preempt.ledger import WRITERS
 from slurm_preempt.resources import data_dir
@@ -149,17 +150,10 @@ def _copy(source: Path, target: Path, mode: int) -> None:
 
 
 def _write(target: Path, text: str, mode: int) -> None:
-    """Atomic write; the new file replaces (never writes through) whatever was at ``target``."""
+    """The new file replaces (never writes through) whatever was at ``target``. Its temporary name
+    starts with a dot, which Slurm's ``prolog.d/*`` glob does not match."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sp-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, text, mode)
 
 
 def edit_slurm_conf(path: Path, lines: list[str]) -> Path:

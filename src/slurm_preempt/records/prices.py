@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from slurm_preempt.errors import ConfigError
 
-DEFAULT_DISCOUNT = 0.5  # the documented example of seed 001: preemptible at half the on-demand price
+DEFAULT_DISCOUNT = 0.5  # the documented example (docs/report.md): preemptible at half the on-demand price
 
 
 @dataclass(frozen=True)

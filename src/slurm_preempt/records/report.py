@@ -9,12 +9,12 @@ Prices, and the assumption used without them, are in ``records.prices``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from slurm_preempt import ledger
+from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
 from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
 
@@ -158,23 +158,14 @@ def advise_interval(
     """
     if not checkpoint_seconds or not mtbp_seconds or checkpoint_seconds <= 0 or mtbp_seconds <= 0:
         return None
-    try:  # the resume engineer's module; the formulas live there once
-        from slurm_preempt.job.interval import daly, young_daly
-    except ImportError:
-        young = math.sqrt(2 * checkpoint_seconds * mtbp_seconds)
-        best, formula = young, "young (interval.py not installed)"
-    else:
-        young = young_daly(checkpoint_seconds, mtbp_seconds)
-        best, formula = daly(checkpoint_seconds, mtbp_seconds), "daly"
-    advice = {
+    return {
         "checkpoint_seconds": round(checkpoint_seconds, 2),
         "mtbp_seconds": round(mtbp_seconds, 1),
-        "young_seconds": round(young, 1),
-        "advised_seconds": round(best, 1),
-        "formula": formula,
+        "young_seconds": round(young_daly(checkpoint_seconds, mtbp_seconds), 1),
+        "advised_seconds": round(daly(checkpoint_seconds, mtbp_seconds), 1),
+        "formula": "daly",  # the formulas live once, in job/interval.py
         "current_seconds": None if current_seconds is None else round(current_seconds, 1),
     }
-    return advice
 
 
 def verdict(cost: JobCost) -> str:

@@ -8,6 +8,7 @@ from the first start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from html import escape
 from pathlib import Path
@@ -133,7 +134,7 @@ def _grid(scale: _Scale, top: float, axis_y: float) -> str:
     return "\n".join(out)
 
 
-def _attempt(attempt: Attempt, scale: _Scale, rows: dict[str, float], end: datetime) -> list[str]:
+def _attempt(attempt: Attempt, scale: _Scale, rows: Mapping[str, float], end: datetime) -> list[str]:
     if attempt.start is None:
         return []
     x0, x1 = scale.x(attempt.start), scale.x(attempt.end or end)
