@@ -17,6 +17,7 @@ from typing import Any
 
 from slurm_preempt import config as configmod
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
@@ -39,7 +40,7 @@ KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
 DEFAULTS: dict[str, Any] = {
     "interval": 5.0,
     "sidecar_interval": 5.0,  # a modest rate: every job of a user runs one
-    "grace": 300.0,
+    "grace": DEFAULT_GRACE_SECONDS,
     "feature": "preemptible",
     "reasons": [r"^TogetherPreemptionNotified"],
     "exclude_reasons": [],
