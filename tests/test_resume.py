@@ -389,3 +389,27 @@ def test_the_job_log_shows_key_lines_once_whoever_configured_logging(tmp_path, j
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == expected
+
+
+def test_close_says_the_work_is_done_unless_it_stopped_for_a_notice(tmp_path, job):
+    """A notice can land between a program's last step and its exit: Run.close() tells the job script
+    (through SLURM_PREEMPT_DONE_FILE) that the work is done, so the finished job is not requeued."""
+    done = tmp_path / "ckpt" / ".done-123-1"
+    environ = {**job, "SLURM_PREEMPT_DONE_FILE": str(done)}
+    run = _run(tmp_path, environ, every=5)
+    run.save(5, {"x": 1})
+    run.close()
+    assert done.exists()
+
+    done.unlink()
+    with pytest.raises(RuntimeError), _run(tmp_path, environ, every=5):
+        raise RuntimeError("the loop crashed")  # a crash is not a finished job
+    assert not done.exists()
+
+    stopped = _run(tmp_path, environ, every=5)
+    _notice(environ)
+    assert stopped.should_checkpoint(6)
+    stopped.save(6, {"x": 2})
+    assert stopped.preempted
+    stopped.close()  # stopped for the notice: the script must requeue it
+    assert not done.exists()

@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 # Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
 ENV_CHECKPOINT_DIR = "SLURM_PREEMPT_CHECKPOINT_DIR"
 ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
+# Exported by scripts from `slurm-preempt sbatch`: the file that says "the command finished its work".
+# A notice can land between a program's last step and its exit; the script then must not requeue a job
+# that is done, and only the program knows that it is.
+ENV_DONE_FILE = "SLURM_PREEMPT_DONE_FILE"
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
@@ -81,6 +85,7 @@ class JobEnv:
     state_dir: Path | None = None
     notice_file: Path | None = None
     start_time: datetime | None = None
+    done_file: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
@@ -103,6 +108,7 @@ class JobEnv:
             state_dir=state_dir,
             notice_file=Path(notice) if notice else None,
             start_time=job_start_time(),
+            done_file=Path(env[ENV_DONE_FILE]) if env.get(ENV_DONE_FILE) else None,
         )
 
 

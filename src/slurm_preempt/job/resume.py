@@ -352,10 +352,14 @@ class Run:
             sys.exit(exit_code)
         fallback_exit(outcome.message, self.requeue_exit_code, self.seconds_left)
 
-    def close(self) -> None:
-        """Wait for a background save, put the signal handlers (and logging) back as they were."""
+    def close(self, finished: bool = True) -> None:
+        """The run is over: wait for a background save, put the signal handlers (and logging) back as
+        they were. ``finished`` (the default; ``with Run(...)`` passes False when the block raised) says
+        the work is done: a notice that came after the last step then does not requeue the job."""
         try:
             self.wait()
+            if finished:
+                self._say_done()
         finally:
             self.restore_signals()
             if self._stop_logging is not None:
@@ -365,8 +369,18 @@ class Run:
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, *_exc) -> None:
+        self.close(finished=exc_type is None)
+
+    def _say_done(self) -> None:
+        """Tell the job script that the command finished its work (so a late notice requeues nothing)."""
+        done = self.env.done_file
+        if done is None or not self.writer or self._stopping:
+            return
+        try:
+            done.touch()
+        except OSError as exc:
+            log.warning("cannot write %s (%s): a notice now would run the finished job again", done, exc)
 
 
 def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: float | None) -> None:

@@ -207,7 +207,9 @@ def explain(spec: JobSpec) -> str:
             "(--notice-signal none): the command must watch that file. "
         )
         + "When the command exits after a notice, the script requeues the job (scontrol requeue) and "
-        "exits 0, so the attempt is recorded as requeued, not completed.",
+        "exits 0, so the attempt is recorded as requeued, not completed; unless the command exited 0 "
+        "and created $SLURM_PREEMPT_DONE_FILE (as Run.close() of the resume library does) to say its "
+        "work was done before the notice reached it.",
         "At removal (the node vanishes before the command is done): the job ends NODE_FAIL and Slurm "
         "requeues it because of --requeue; work since the last checkpoint is lost. "
         + (
