@@ -126,7 +126,8 @@ def test_optin_tokens_map_from_options_and_keep_the_users_comment():
         fast_restart=False,
     )
     comment = options_of(made.script)["comment"][0]
-    assert comment.startswith("my run ")
+    # Our tokens first: the watcher reads the first 512 bytes of a comment.
+    assert comment.startswith("slurm-preempt:signal=USR2 ") and comment.endswith(" my run")
     optin = parse_optin(comment)
     assert (optin.signal, optin.fallback_after, optin.fallback_pending, optin.fast_restart) == (
         "USR2",

@@ -38,7 +38,7 @@ def test_rules_bad_regex_is_config_error():
 
 
 def test_slurm_drains_keep_the_recorded_time(data_dir):
-    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.txt").read_text())
+    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.bin").read_bytes())
     drained = [n for n in nodes if (n.drain or n.down) and n.has_feature("preemptible")]
     assert {n.name for n in drained} == {"pre1", "pre4"}  # a DOWN node is going away too
     found = sources.slurm_drains(nodes, DrainRules(feature="preemptible"), grace=300, now=NOW)
