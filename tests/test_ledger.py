@@ -8,6 +8,7 @@ import os
 import pytest
 
 from slurm_preempt import ledger
+from slurm_preempt.records import history
 
 
 def test_record_and_read_back_in_order(tmp_path):
@@ -96,3 +97,40 @@ def test_a_user_swapping_names_in_their_folder_cannot_chmod_another_file(tmp_pat
     monkeypatch.undo()
     assert oct(victim.stat().st_mode & 0o777) == oct(0o600)
     assert victim.read_text() == "secret"
+
+
+# ---------------------------------------------------------------------------------------- hostile
+
+
+@pytest.mark.parametrize("job_id", ["../etc", "²", "٣", "1/2", "", "1 2", "-1", "9" * 11])
+def test_job_ids_that_are_not_ascii_numbers_make_no_path(tmp_path, job_id):
+    with pytest.raises(ValueError):
+        ledger.job_dir(tmp_path, job_id)
+    (tmp_path / "jobs").mkdir(exist_ok=True)
+    if job_id and "/" not in job_id:
+        (tmp_path / "jobs" / job_id).mkdir(exist_ok=True)
+    assert ledger.job_ids(tmp_path) == []
+
+
+def test_hostile_names_and_sizes_in_a_users_folder_never_break_reading(tmp_path):
+    """Finding 9: a forged or huge-number file name broke `report` for everyone."""
+    ledger.record(tmp_path, "7", "attempt_start", source="hook")
+    folder = tmp_path / "jobs" / "7"
+    event = json.dumps({"kind": "checkpoint_saved", "job_id": "7", "time": "2026-12-01T06:00:00Z"})
+    for name in ("9" * 200 + "-x-checkpoint_saved.json", "²²-x.json", "-.json", "0-x.json"):
+        (folder / name).write_text(event)
+    (folder / "deep.json").write_text("[" * 100_000)
+    (folder / "ten-k-times.json").write_text(json.dumps({"kind": "checkpoint_saved", "time": "9" * 10_000}))
+    found = ledger.events(tmp_path, "7")
+    assert [e["kind"] for e in found].count("attempt_start") == 1
+    assert all(isinstance(e["_order"], int) for e in found)
+    assert len(history.from_ledger("7", tmp_path).attempts) == 1  # what `report` reads for every job
+
+
+def test_renaming_a_root_file_moves_nothing(tmp_path):
+    """Finding 9: the owner of the folder renamed root's attempt file and the reported run time moved."""
+    path = ledger.record(tmp_path, "7", "attempt_start", source="hook")
+    before = ledger.events(tmp_path, "7")[0]["_order"]
+    earlier = path.with_name(f"{before - 3600 * 10**9}-h-1-attempt_start.json")
+    os.rename(path, earlier)
+    assert ledger.events(tmp_path, "7")[0]["_order"] // 10**9 == before // 10**9

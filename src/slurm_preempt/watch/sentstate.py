@@ -130,6 +130,8 @@ def load(path: Path | None) -> SentState:
         raise ValueError(f"{path} does not hold a watcher state")
     try:
         state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+        for event in state.events.values():
+            to_text(event.drain_time)  # a time that cannot be made UTC (year 10000) fails here, not later
     except (KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise ValueError(f"{path}: an event is not a watcher event ({exc})") from None
     state.told = {k: dict(v) for k, v in data.get("told", {}).items()}
