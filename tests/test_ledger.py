@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
+from hostileusers import MALLORY, as_user, ensure_user
 from slurm_preempt import ledger
 from slurm_preempt.records import history
 
@@ -134,3 +136,53 @@ def test_renaming_a_root_file_moves_nothing(tmp_path):
     earlier = path.with_name(f"{before - 3600 * 10**9}-h-1-attempt_start.json")
     os.rename(path, earlier)
     assert ledger.events(tmp_path, "7")[0]["_order"] // 10**9 == before // 10**9
+
+
+def _race_in(folder: Path, target: Path, stop_file: Path) -> None:
+    """Run as the folder's owner (a real unprivileged user): swap every temporary name root creates for a
+    symlink to ``target``, and rename finished events, until ``stop_file`` exists."""
+    while not stop_file.exists():
+        for name in os.listdir(folder):
+            path = folder / name
+            try:
+                if name.endswith(".tmp"):
+                    os.unlink(path)
+                    os.symlink(target, path)
+                elif name.endswith(".json"):
+                    os.rename(path, folder / f"0-{name}")
+            except OSError:
+                pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a real second user needs root to create")
+def test_root_recording_into_a_folder_a_real_user_races(tmp_path):
+    """Finding 3 as a user would act: root (the watcher, the hooks' Python twin) records events into
+    the job owner's folder while that user, in their own process, swaps root's temporary names for
+    links to a root-only file. 300 attempts: the file keeps its mode, owner and content; every record
+    either lands or fails with OSError; nothing is written anywhere else."""
+    uid, gid = ensure_user(MALLORY)
+    os.chmod(tmp_path, 0o755)
+    secret = tmp_path / "secret"
+    secret.write_text("root only")
+    os.chmod(secret, 0o600)
+    folder = tmp_path / "jobs" / "9"
+    folder.mkdir(parents=True)
+    os.chown(folder, uid, gid)
+    os.chmod(folder, 0o700)
+    stop = tmp_path / "stop"
+    pid = as_user(MALLORY, lambda: _race_in(folder, secret, stop))
+    outcomes = {"written": 0, "refused": 0}
+    try:
+        for step in range(300):
+            try:
+                ledger.record(tmp_path, "9", "notice_sent", source="watcher", step=step)
+                outcomes["written"] += 1
+            except OSError:
+                outcomes["refused"] += 1
+    finally:
+        stop.write_text("")
+        os.waitpid(pid, 0)
+    info = secret.stat()
+    assert (info.st_uid, info.st_mode & 0o777, secret.read_text()) == (0, 0o600, "root only"), outcomes
+    assert sum(outcomes.values()) == 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs", "secret", "stop"]

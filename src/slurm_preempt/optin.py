@@ -96,4 +96,4 @@ def _positive_int(text: str | None) -> int | None:
 
 
 def _constraint(text: str | None) -> str | None:
-    return text if text and _CONSTRAINT.match(text) else None
+    return text if text and _CONSTRAINT.fullmatch(text) else None
