@@ -254,8 +254,8 @@ def _together_event(event: Any, node_map: NodeMap, grace: float) -> Drain | None
     if not ids.is_node_name(node):  # `pre[1` once aborted every poll until the event expired
         log.warning("together: event for %s skipped: not a Slurm node name", ids.shorten(node))
         return None
-    message = event.get("message") if isinstance(event.get("message"), str) else ""
-    reason = f"{TOGETHER_REASON}: {message[:200]}".rstrip(": ")
+    message = event.get("message")
+    reason = f"{TOGETHER_REASON}: {message[:200] if isinstance(message, str) else ''}".rstrip(": ")
     return Drain(node, reason, moment, "together", grace)
 
 
