@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -166,3 +168,41 @@ def test_total_ratio_is_taken_before_rounding():
     totals = report.Report(jobs=jobs).totals()
     assert totals["cost_fraction"] == pytest.approx(0.8819, abs=1e-4)  # not 0.0009 / 0.001 = 0.9
     assert totals["cost_preemptible"] == 0.0009 and totals["cost_on_demand"] == 0.001
+
+
+def test_one_unreadable_ledger_is_skipped_and_counted_never_the_report(tmp_path):
+    """Finding 9: one job's hostile ledger (its folder is its user's) broke `report` for everyone."""
+    from slurm_preempt.records.prices import Prices
+    from slurm_preempt.records.report import build_report, report_text
+
+    _ledger_from(tmp_path, "5", three_attempts())
+    _ledger_from(tmp_path, "6", three_attempts())
+    folder = tmp_path / "jobs" / "6"
+    for path in folder.iterdir():
+        event = json.loads(path.read_text())
+        if event["kind"] == "attempt_start":
+            event["nodes"], event["restart_count"], event["cpus_per_node"] = "n[1-99999999]", "9" * 5000, [1]
+            path.write_text(json.dumps(event))
+    report = build_report(tmp_path, Prices())
+    assert [j.job_id for j in report.jobs] == ["5", "6"] or list(report.unreadable) == ["6"]
+    assert report_text(report)  # renders whatever was skipped
+
+
+def test_a_job_whose_history_raises_is_skipped_and_named(tmp_path, monkeypatch):
+    from slurm_preempt.records import report as reportmod
+    from slurm_preempt.records.prices import Prices
+
+    _ledger_from(tmp_path, "5", three_attempts())
+    _ledger_from(tmp_path, "6", three_attempts())
+    real = reportmod.hist.from_ledger
+
+    def from_ledger(job_id, state_dir, acct=None):
+        if job_id == "6":
+            raise ValueError("hostile")
+        return real(job_id, state_dir, acct)
+
+    monkeypatch.setattr(reportmod.hist, "from_ledger", from_ledger)
+    report = reportmod.build_report(tmp_path, Prices())
+    assert [j.job_id for j in report.jobs] == ["5"] and report.unreadable == {"6": "ValueError: hostile"}
+    assert "1 job(s) skipped" in reportmod.report_text(report)
+    assert report.to_json()["unreadable"] == {"6": "ValueError: hostile"}

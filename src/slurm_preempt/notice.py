@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from slurm_preempt import ids
 from slurm_preempt.durable import write_atomic
 
 VERSION = 1
@@ -115,7 +116,9 @@ def event_id(node: str, drain_time: datetime) -> str:
 
 
 def notice_path(state_dir: Path | str, job_id: str) -> Path:
-    return Path(state_dir) / "notices" / f"{job_id}.json"
+    """``<state_dir>/notices/<job_id>.json``; ValueError unless ``job_id`` is a job id (finding 2: a
+    forged ``../../..`` once made a folder outside the state folder)."""
+    return Path(state_dir) / "notices" / f"{ids.job_id(str(job_id))}.json"
 
 
 def write_notice(path: Path | str, notice: Notice, mode: int = 0o644) -> Path:

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_preempt import ledger
+from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text, to_text
 from slurm_preempt.slurm.parse import AcctRecord, expand_nodes
 
@@ -152,24 +153,36 @@ def build(
     by_number: dict[int, Attempt] = {}
     for event in events:
         if event["kind"] in ("attempt_start", "attempt_end"):
-            _apply_hook_event(history, by_number, event)
+            history.ignored_events += not _applied(_apply_hook_event, history, by_number, event)
     attempts = sorted(by_number.values(), key=lambda a: a.number)
     if acct:
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
-        _apply_job_event(history, attempts, event)
+        history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
     _finish(attempts)
     history.attempts = attempts
     return history
 
 
+def _applied(apply, history: JobHistory, attempts, event: dict) -> bool:
+    """Apply one event; False (counted as ignored, the rest of the job kept) when its values are not
+    what the ledger writes: a job's own events are its user's text (a node list of a billion names, a
+    time in year 9999)."""
+    try:
+        apply(history, attempts, event)
+    except (ValueError, TypeError, OverflowError, KeyError, UsageError):
+        return False
+    return True
+
+
 def _time(event: dict, key: str = "time") -> datetime | None:
-    """The event's time; for ``time`` the nanoseconds of its file name when there (the text has seconds)."""
+    """The event's time; for ``time`` the ledger's order (``ledger._order``: the nanoseconds of the file
+    name when they agree with the content, the text having whole seconds)."""
     if key == "time" and event.get("_order"):
         return datetime.fromtimestamp(event["_order"] / 1e9, tz=timezone.utc)
     try:
         return from_text(str(event[key]))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, OverflowError):
         return None
 
 
@@ -303,7 +316,7 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
 def _safe_time(text: str) -> datetime | None:
     try:
         return from_text(text) if text else None
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from slurm_preempt import ledger
+from slurm_preempt.errors import UsageError
 from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
 from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
@@ -198,6 +199,7 @@ def verdict(cost: JobCost) -> str:
 class Report:
     jobs: list[JobCost] = field(default_factory=list)
     accounting: bool = False
+    unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its ledger was skipped
 
     def totals(self) -> dict:
         def total(name):
@@ -242,6 +244,7 @@ class Report:
             "accounting": self.accounting,
             "jobs": [j.to_json() for j in self.jobs],
             "total": self.totals(),
+            "unreadable": self.unreadable,
         }
 
 
@@ -259,10 +262,14 @@ def build_report(
     rows = hist.accounting_rows(slurm, ids) if slurm is not None and ids else None
     report.accounting = rows is not None
     for job_id in ids:
-        history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
-        if not history.attempts or not _wanted(history, since, user, partition):
-            continue
-        report.jobs.append(job_cost(history, prices))
+        try:
+            history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
+            if not history.attempts or not _wanted(history, since, user, partition):
+                continue
+            report.jobs.append(job_cost(history, prices))
+        except (OSError, ValueError, TypeError, OverflowError, ArithmeticError, UsageError) as exc:
+            # One job's ledger (its folder is its user's) never stops the report of everyone else.
+            report.unreadable[job_id] = f"{type(exc).__name__}: {exc}"[:200]
     return report
 
 
@@ -367,6 +374,9 @@ def report_text(report: Report) -> str:
                 f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
                 f"{advice['mtbp_seconds']:.0f}s)"
             )
+    if report.unreadable:
+        lines.append(f"\n{len(report.unreadable)} job(s) skipped, their ledger unreadable: " + ", ".join(
+            f"{job_id} ({why})" for job_id, why in sorted(report.unreadable.items())[:10]))  # fmt: skip
     if t["mtbp_seconds"]:
         lines.append(
             f"\nmean time between preemptions {t['mtbp_seconds']:.0f}s over all jobs"

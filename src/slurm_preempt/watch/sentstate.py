@@ -120,9 +120,20 @@ def load(path: Path | None) -> SentState:
     if path is None or not path.exists():
         return state
     data = json.loads(path.read_text())
-    if not isinstance(data, dict):
+    # Any other shape (a list, "events": 3, an entry that is a string) is a corrupt file: ValueError,
+    # which the watcher answers by moving it aside, never by failing to start on every restart.
+    shape_ok = isinstance(data, dict) and all(
+        isinstance(data.get(key, {}), dict) and all(isinstance(v, dict) for v in data.get(key, {}).values())
+        for key in ("events", "told", "restarts")
+    )
+    if not shape_ok:
         raise ValueError(f"{path} does not hold a watcher state")
-    state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+    try:
+        state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+        for event in state.events.values():
+            to_text(event.drain_time)  # a time that cannot be made UTC (year 10000) fails here, not later
+    except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"{path}: an event is not a watcher event ({exc})") from None
     state.told = {k: dict(v) for k, v in data.get("told", {}).items()}
     state.restarts = {k: dict(v) for k, v in data.get("restarts", {}).items()}
     return state

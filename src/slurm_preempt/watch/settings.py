@@ -7,6 +7,7 @@ http(s) fails with one clear line before the first poll, never later in the loop
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -82,6 +83,11 @@ class Settings:
     max_backoff: float = DEFAULTS["max_backoff"]
 
     def validate(self) -> None:
+        numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
+                   "max_backoff": self.max_backoff}  # fmt: skip
+        bad = [key for key, value in numbers.items() if not math.isfinite(value)]
+        if bad:  # nan polled in a busy loop, inf crashed the loop's wait
+            raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
         if self.grace < 0 or self.enforce_margin < 0:
             raise UsageError("grace and enforce margin must be >= 0 seconds")
         if self.interval <= 0:
