@@ -14,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from slurm_preempt.config import Config
 from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.optin import parse as parse_optin
 from slurm_preempt.sbatch import render as gen
-from slurm_preempt.sbatch.options import parse_nodes, parse_time
+from slurm_preempt.sbatch.options import parse_env, parse_nodes, parse_time
 from slurm_preempt.sbatch.optiontable import SETTING_KEYS
 
 EMPTY = Config()
@@ -126,7 +127,8 @@ def test_optin_tokens_map_from_options_and_keep_the_users_comment():
         fast_restart=False,
     )
     comment = options_of(made.script)["comment"][0]
-    assert comment.startswith("my run ")
+    # Our tokens first: the watcher reads the first 512 bytes of a comment.
+    assert comment.startswith("slurm-preempt:signal=USR2 ") and comment.endswith(" my run")
     optin = parse_optin(comment)
     assert (optin.signal, optin.fallback_after, optin.fallback_pending, optin.fast_restart) == (
         "USR2",
@@ -523,3 +525,25 @@ def test_a_non_empty_checkpoint_folder_means_restart_even_without_a_restart_coun
     assert "attempt 1 (restart 0)" in (tmp_path / "log").read_text()
     (ckpt / "step-100").unlink()
     assert run_locally(made.script, tmp_path) == [str(tmp_path / "argv.json"), "go"]
+
+
+# ------------------------------------------------------------------------------ hostile names
+
+
+def test_an_env_name_with_a_final_newline_is_refused():
+    """Finding 9: `$` matched before a trailing newline, so `--env $'FOO\\n=x'` passed the name check."""
+    with pytest.raises(UsageError):
+        parse_env("FOO\n=x")
+
+
+@pytest.mark.parametrize("job_name", ["a/b", "../../etc/x", "x/" * 30, "é/\n"])
+def test_a_kept_script_never_lands_under_a_folder_named_by_the_job(tmp_path, monkeypatch, job_name):
+    """Finding 8: a job name with `/` put the kept script under /tmp/slurm-preempt-<first part>/, a
+    folder another user can create first."""
+    from slurm_preempt.sbatch import render
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "slurm-preempt-a").mkdir()  # planted by another user
+    path = render.keep_script("#!/bin/bash\n", job_name)
+    assert path.parent == tmp_path and path.name.startswith("slurm-preempt-")
+    assert os.listdir(tmp_path / "slurm-preempt-a") == []

@@ -152,7 +152,9 @@ def test_sbatch_reads_awkward_values_back_exactly(cluster):
         got_name = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%j"]).rstrip("\n")
         got_comment = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%k"]).rstrip("\n")
         assert got_name == name
-        assert got_comment.startswith(" ".join(comment.split()) + " slurm-preempt:signal=USR1")
+        # Our tokens first (the watcher reads a comment's first 512 bytes), then the user's words.
+        assert got_comment.startswith("slurm-preempt:signal=USR1 ")
+        assert got_comment.endswith(" " + " ".join(comment.split()))
     cluster.slurm.run(["scancel", *ids])
     assert not Path("/tmp/sp-sbatch-pwned").exists()
 

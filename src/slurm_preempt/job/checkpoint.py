@@ -23,8 +23,8 @@ Import-light: standard library only.
 from __future__ import annotations
 
 import json
+import logging
 import pickle
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -57,8 +57,11 @@ from slurm_preempt.job.snapshot import (
     snapshot_of_paths,
 )
 
+log = logging.getLogger(__name__)
+
 FORMAT_VERSION = 1
-__all__ = ["PREFIX", "Checkpoint", "CheckpointStore", "step_name"]
+DEFAULT_KEEP = 3
+__all__ = ["DEFAULT_KEEP", "PREFIX", "Checkpoint", "CheckpointStore", "step_name"]
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,6 @@ class Checkpoint:
     @property
     def nbytes(self) -> int:
         return sum(f["bytes"] for f in self.manifest["files"].values())
-
-    def file(self, name: str) -> Path:
-        return self.path / name
 
     def verify(self) -> str | None:
         """None when every file has its recorded size and checksum, else what is wrong."""
@@ -147,16 +147,18 @@ def pickle_loads(head: bytes, buffers: list) -> Any:
 class CheckpointStore:
     """Atomic checkpoints in one folder; keeps the last ``keep``; background saves optional.
 
-    ``owner`` says who writes (host, process, Slurm job and restart; default: this process), for the
-    sweep of leftovers. Background saves copy into memory kept for the next one (one copy of the
-    state stays allocated between saves); ``reuse_buffers=False`` frees it after each save.
+    ``warn`` receives each warning (a damaged checkpoint skipped, an older step saved); by default it
+    is logged (``slurm_preempt.job.checkpoint``, level WARNING). ``owner`` says who writes (host,
+    process, Slurm job and restart; default: this process), for the sweep of leftovers. Background
+    saves copy into memory kept for the next one (one copy of the state stays allocated between
+    saves); ``reuse_buffers=False`` frees it after each save.
     """
 
     def __init__(
         self,
         directory: Path | str,
-        keep: int = 3,
-        warn=None,
+        keep: int = DEFAULT_KEEP,
+        warn: Callable[[str], None] | None = None,
         owner: Owner | None = None,
         reuse_buffers: bool = True,
     ):
@@ -164,7 +166,7 @@ class CheckpointStore:
             raise CheckpointError(f"keep must be at least 1, not {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self._warn = warn if warn is not None else _stderr
+        self._warn = warn if warn is not None else log.warning
         self._owner = owner
         self._reuse = reuse_buffers
         self._staging = Staging()
@@ -425,7 +427,3 @@ def _verify(found: Checkpoint) -> None:
 def pid_alive(pid: int) -> bool:
     """True while process ``pid`` exists (also when it belongs to another user)."""
     return commit.process_running(pid)
-
-
-def _stderr(message: str) -> None:
-    print(f"slurm-preempt: warning: {message}", file=sys.stderr, flush=True)

@@ -102,7 +102,7 @@ def learned_figures(job_ids: list[str], state_dir: Path, slurm: Slurm | None = N
     (each only when the jobs show it)."""
     costs = []
     for job_id in job_ids:
-        if not _JOB_ID.match(job_id):
+        if not _JOB_ID.fullmatch(job_id):
             raise UsageError(f"--learn-from {job_id!r} is not a Slurm job id")
         found = history.load(job_id, state_dir, slurm if slurm is not None else Slurm())
         if not found.attempts:

@@ -207,7 +207,7 @@ def parse_passthrough(text: str) -> tuple[str, str | None]:
 
 def parse_env(text: str) -> tuple[str, str]:
     name, sep, value = str(text).partition("=")
-    if not sep or not _ENV_NAME.match(name):
+    if not sep or not _ENV_NAME.fullmatch(name):  # fullmatch: `$` alone matches before a final newline
         raise UsageError(f"--env {text!r}: give NAME=VALUE with NAME made of letters, digits and _")
     if name.startswith("SLURM_PREEMPT_"):
         raise UsageError(f"--env {name}: SLURM_PREEMPT_* variables are set by the script itself")
@@ -216,7 +216,7 @@ def parse_env(text: str) -> tuple[str, str]:
 
 def check_pattern(option: str, value: Any, pattern: re.Pattern, example: str) -> str:
     text = check_line(option, value).strip()
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         raise UsageError(f"{option} {text!r} is not valid, e.g. {example}")
     return text
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, FORWARD_SIGNALS, NOTICE_SIGNALS
 
 # How an option takes its value on the command line.
@@ -215,7 +216,9 @@ OPTIONS: tuple[Option, ...] = (
         details="`slurm-preempt watch --sidecar --job $SLURM_JOB_ID --grace S`, skipped with one log line "
         "if that command is missing.",
     ),
-    Option("grace", "Drain-to-removal time the sidecar assumes.", "SECONDS", default=300),
+    Option(
+        "grace", "Drain-to-removal time the sidecar assumes.", "SECONDS", default=int(DEFAULT_GRACE_SECONDS)
+    ),
     # --------------------------------------------------------------------------- torchrun template
     Option("nproc_per_node", "torchrun: processes per node.", "N", default_text="GPUs per node, else 1"),
     Option("rdzv_port", "torchrun: rendezvous port.", "PORT", default=29500),

@@ -130,7 +130,7 @@ def sbatch_lines(spec: JobSpec) -> list[str]:
     for name, value in spec.sbatch_options():
         if value is None:
             lines.append(f"#SBATCH --{name}")
-        elif _BARE.match(value):
+        elif _BARE.fullmatch(value):  # `$` alone matches before a final newline
             lines.append(f"#SBATCH --{name}={value}")
         else:
             lines.append(f"#SBATCH --{name}={sbatch_quote(value)}")
@@ -166,8 +166,13 @@ def write_script(script: str, path: Path) -> Path:
 
 
 def keep_script(script: str, job_name: str) -> Path:
-    """A file for a script submitted without --write, kept so the job can be read back later."""
-    fd, name = tempfile.mkstemp(prefix=f"slurm-preempt-{job_name}-", suffix=".sh")
+    """A file for a script submitted without --write, kept so the job can be read back later.
+
+    Created (O_EXCL, mode 0600 until written) directly in the temporary folder, under a name made only
+    of the job name's safe characters: a ``/`` in a job name once put it under ``/tmp/<first part>/``,
+    a folder any other user could create first and swap files in."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job_name)[:40]
+    fd, name = tempfile.mkstemp(prefix=f"slurm-preempt-{safe}-", suffix=".sh")
     with os.fdopen(fd, "w") as handle:
         handle.write(script)
     os.chmod(name, 0o755)
@@ -207,7 +212,9 @@ def explain(spec: JobSpec) -> str:
             "(--notice-signal none): the command must watch that file. "
         )
         + "When the command exits after a notice, the script requeues the job (scontrol requeue) and "
-        "exits 0, so the attempt is recorded as requeued, not completed.",
+        "exits 0, so the attempt is recorded as requeued, not completed; unless the command exited 0 "
+        "and created $SLURM_PREEMPT_DONE_FILE (as Run.close() of the resume library does) to say its "
+        "work was done before the notice reached it.",
         "At removal (the node vanishes before the command is done): the job ends NODE_FAIL and Slurm "
         "requeues it because of --requeue; work since the last checkpoint is lost. "
         + (

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_preempt import ledger, optin
+from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import JobGoneError, SlurmError
 from slurm_preempt.notice import Notice, deadline, notice_path, to_text, utcnow, write_notice
 from slurm_preempt.slurm.interface import WatcherSlurm
@@ -157,12 +157,12 @@ def _write(state_dir: Path | None, plan: _Delivery) -> None:
     """Runs in a worker thread: file I/O only."""
     if not plan.write or state_dir is None:
         return
-    path = notice_path(state_dir, plan.job.job_id)
     try:
+        path = notice_path(state_dir, plan.job.job_id)
         write_notice(path, plan.notice)
         plan.wrote = str(path)
-    except OSError as exc:
-        plan.failure = f"cannot write the notice of job {plan.job.job_id} to {path}: {exc}"
+    except (OSError, ValueError) as exc:
+        plan.failure = f"cannot write the notice of job {plan.job.job_id}: {exc}"
 
 
 def _signal_group(slurm: WatcherSlurm, signal: str, group: list[_Delivery]) -> None:
@@ -251,7 +251,8 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     """For one pending job: fall back to standard nodes when its policy says so, then skip Slurm's
     ~121 s BeginTime wait after a requeue."""
     wish = optin.parse(job.comment)
-    if not wish.opted_in or not job.pending:
+    # A pending array not yet split into tasks (A_2-5%1) names no single job: nothing to do to it.
+    if not wish.opted_in or not job.pending or not ids.is_job_name(job.display_id):
         return
     if fallback:
         _fallback(ctx, job, wish, now)
