@@ -6,11 +6,13 @@ away at deadline D, every job on N gets a JSON file, written atomically where th
 
     {"version": 1, "job_id": "123", "node": "pre1", "reason": "...", "source": "slurm",
      "event_id": "pre1@2026-12-01T06:06:41Z", "drain_time": "...Z", "detected_at": "...Z",
-     "deadline": "...Z", "grace_seconds": 300}
+     "deadline": "...Z", "grace_seconds": 300, "restart_count": 0}
 
 All times are UTC ISO 8601. The deadline is the drain time Slurm (or the provider) recorded plus the
 grace, never the time the watcher happened to look. ``event_id`` names one drain event: a job is told
-once per event. Import-light: the job-side library reads notices with nothing but the standard library.
+once per event. ``restart_count`` (optional) is the job's restart count that Slurm reported when the
+notice was written: the attempt it is for, so a later attempt knows it is not for it without comparing
+clocks. Import-light: the job-side library reads notices with nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Notice:
     event_id: str = ""
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     version: int = VERSION
+    restart_count: int | None = None  # the job's restart count when told: names the attempt it is for
 
     @classmethod
     def for_drain(
@@ -72,6 +75,7 @@ class Notice:
         drain_time: datetime,
         grace_seconds: float,
         detected_at: datetime | None = None,
+        restart_count: int | None = None,
     ) -> Notice:
         """A notice whose deadline is ``drain_time + grace`` (the truth, however late we look)."""
         return cls(
@@ -84,6 +88,7 @@ class Notice:
             deadline=deadline(drain_time, grace_seconds),
             event_id=event_id(node, drain_time),
             grace_seconds=grace_seconds,
+            restart_count=restart_count,
         )
 
     def seconds_left(self, now: datetime | None = None) -> float:
@@ -108,7 +113,12 @@ class Notice:
             event_id=str(data.get("event_id", "")),
             grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             version=int(data.get("version", VERSION)),
+            restart_count=_count(data.get("restart_count")),
         )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def event_id(node: str, drain_time: datetime) -> str:

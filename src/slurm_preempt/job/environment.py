@@ -3,9 +3,10 @@
 Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
 id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
 ``SLURM_RESTART_COUNT`` is set only after a restart (unset means 0); ``SLURM_JOB_NUM_NODES`` is the node
-count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's; there is
-no job start time in the environment, so the start of the batch script process (the oldest ancestor
-below slurmstepd) stands in for it.
+count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's.
+``SLURM_JOB_START_TIME`` (Slurm 23.02 and later; absent in 22.05) is the attempt's start by the
+controller's clock; without it the start of the batch script process (the oldest ancestor below
+slurmstepd), by this node's clock, stands in for it.
 Import-light: standard library only.
 """
 
@@ -84,7 +85,8 @@ class JobEnv:
     world: int = 1
     state_dir: Path | None = None
     notice_file: Path | None = None
-    start_time: datetime | None = None
+    start_time: datetime | None = None  # by this node's clock
+    slurm_start_time: datetime | None = None  # by the controller's clock (SLURM_JOB_START_TIME)
     done_file: Path | None = None
 
     @classmethod
@@ -108,8 +110,14 @@ class JobEnv:
             state_dir=state_dir,
             notice_file=Path(notice) if notice else None,
             start_time=job_start_time(),
+            slurm_start_time=_timestamp(env.get("SLURM_JOB_START_TIME")),
             done_file=Path(env[ENV_DONE_FILE]) if env.get(ENV_DONE_FILE) else None,
         )
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    value = (text or "").strip()
+    return datetime.fromtimestamp(int(value), timezone.utc) if value.isdigit() else None
 
 
 def requeue_id(env: JobEnv) -> str:
@@ -134,17 +142,33 @@ def state_dir_of(env: Mapping[str, str]) -> Path | None:
         return None
 
 
-STALE_SLACK = 2.0  # seconds: Slurm records drain times to the second
+# Seconds by which the drain time may precede this attempt's start and the notice still be taken as
+# this attempt's: clocks of the controller, a provider and the node disagree (tens of seconds are seen),
+# and a provider's event can precede the drain by a watcher poll. A stale notice of the same node is
+# older than the node's removal (the grace, 300 s by default) when its job starts there again.
+NOTICE_SKEW = 60.0
 
 
 def fresh_notice(env: JobEnv, handled: set[str]) -> Notice | None:
-    """The notice for this attempt, or None. The file outlives the attempt it was written for, so a
-    notice is stale when an earlier attempt acted on its event (id in ``handled``) or when its drain
-    happened before this attempt started (Slurm starts no job on a draining node)."""
+    """The notice for this attempt, or None. The file outlives the attempt it was written for; by
+    identity first, clocks last:
+
+    1. an event an earlier attempt acted on (its id in ``handled``) is stale;
+    2. a notice naming the restart count it was written for is this attempt's exactly when that is
+       our restart count (lower: an earlier attempt's; higher: our environment lost the count, go on);
+    3. otherwise it is stale when its drain precedes this attempt's start by more than NOTICE_SKEW
+       (Slurm starts no job on a draining node), the start by Slurm's own clock when Slurm tells it.
+    """
     found = read_notice(env.notice_file) if env.notice_file else None
     if found is None or found.event_id in handled:
         return None
-    if env.start_time is not None and (env.start_time - found.drain_time).total_seconds() > STALE_SLACK:
+    if found.restart_count is not None:
+        if found.restart_count == env.restart_count:
+            return found
+        if found.restart_count < env.restart_count:
+            return None
+    started = env.slurm_start_time or env.start_time
+    if started is not None and (started - found.drain_time).total_seconds() > NOTICE_SKEW:
         return None
     return found
 

@@ -106,7 +106,7 @@ class Run:
         self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
         self._handled_events: set[str] = self._ledger.handled_events()
         self._notice: Notice | None = None
-        self._recorded_step: int | None = None  # the last checkpoint written to the ledger
+        self._recorded_path: Path | None = None  # the last checkpoint written to the ledger
         self._notice_checked = float("-inf")
         self._previous_handlers: dict[int, Any] = {}
         if install_signals:
@@ -144,15 +144,16 @@ class Run:
 
     def restore(self) -> Any:
         """The payload of the newest intact checkpoint (falls back past damaged ones), or None."""
-        found = self.store.latest()
-        if found is None:
+        restored = self.store.restore()  # verified while loaded: each file read once
+        if restored is None:
             return None
+        found, payload = restored
         self.restored, self.step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
         self._notice_checked = float("-inf")  # re-read the notice with the handled events known
         if self.writer:
             self._say_resumed(found)
-        return found.load()
+        return payload
 
     def _say_resumed(self, found: Checkpoint) -> None:
         before = self.previous_nodes
@@ -283,7 +284,7 @@ class Run:
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
         done = self.store.wait()  # surfaces a failed background save
-        if done is not None and done.step != self._recorded_step:
+        if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
         meta.update(
             job_id=self.env.job_id,
@@ -292,18 +293,18 @@ class Run:
             node_list=self.env.node_list,
             handled_events=sorted(self._handled_events | self._current_event()),
         )
+        found: Checkpoint | None = None
         if self.torch:
             found = self.store.save_torch(step, state, meta, background=background)
         elif background:
             self.store.save_async(step, state, meta)
-            found = None
         else:
             found = self.store.save(step, state, meta)
         if found is not None:  # a background save is recorded when it is done (next save or wait)
             self._record_saved(found)
 
     def _record_saved(self, found: Checkpoint) -> None:
-        self._recorded_step = found.step
+        self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
         self._ledger.record(
             "checkpoint_saved",
             step=found.step,
@@ -320,7 +321,7 @@ class Run:
     def wait(self) -> None:
         """Wait for a background save; raise its error if it failed."""
         done = self.store.wait()
-        if done is not None and done.step != self._recorded_step:
+        if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
 
     @property

@@ -120,7 +120,14 @@ def _chunk(plans: list[_Delivery], parts: int = 4, least: int = 8) -> list[list[
 def _plan(ctx: Context, job: Job, event: NodeEvent) -> _Delivery:
     wish = optin.parse(job.comment)
     notice = Notice.for_drain(
-        job.job_id, event.node, event.reason, event.source, event.drain_time, event.grace, ctx.clock()
+        job.job_id,
+        event.node,
+        event.reason,
+        event.source,
+        event.drain_time,
+        event.grace,
+        ctx.clock(),
+        restart_count=job.restart_count,  # the attempt it is for (squeue's RestartCnt)
     )
     write = not _already(ctx, job.job_id, notice, "notice")
     signal = wish.signal if wish.signal and not _already(ctx, job.job_id, notice, "signal") else None
