@@ -10,8 +10,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_preempt.rehearsal import testcluster as tc
+from slurm_preempt.rehearsal import versions
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
+
+
+def release() -> str:
+    """The Slurm release this session's clusters run (``--slurm`` / SP_TEST_SLURM; conftest sets it)."""
+    return os.environ.get("SP_TEST_SLURM", versions.SYSTEM)
+
+
+def cluster_dir(port: int, suffix: str = "") -> Path:
+    """Where a test cluster lives: SP_TEST_CLUSTER_DIR, else one folder per port and release (each
+    release's slurmdbd upgrades the accounting database it finds, which an older one cannot read)."""
+    base = os.environ.get("SP_TEST_CLUSTER_DIR", f"/tmp/sp-test-cluster-{port}")
+    if release() != versions.SYSTEM:
+        base += f"-{release()}"
+    return Path(base + suffix)
+
+
+def slurm_problem() -> str | None:
+    """Why no test cluster can start here (None when one can). Building a release's root happens here,
+    once, before any cluster starts."""
+    if os.geteuid() != 0:
+        return "the local test cluster needs root"
+    try:
+        tc.check_packages(release())
+    except Exception as exc:  # MissingDependencyError, or a root that could not be built
+        return str(exc)
+    return None
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):

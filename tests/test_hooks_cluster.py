@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, exported, wait_for
+from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.records import history, report, timeline
 from slurm_preempt.rehearsal import accounting, testcluster
@@ -32,7 +32,7 @@ PY = sys.executable
 def _can_account() -> bool:
     """Real accounting (MariaDB + slurmdbd) when installed; CI must have it."""
     try:
-        accounting.check_packages()
+        accounting.check_packages(release())
         return True
     except Exception as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -42,15 +42,13 @@ def _can_account() -> bool:
 
 @pytest.fixture(scope="module")
 def hcluster(tmp_path_factory):
-    try:
-        testcluster.check_packages()
-    except Exception as exc:
-        pytest.skip(str(exc))
-    if os.geteuid() != 0:
-        pytest.skip("the local test cluster needs root")
+    problem = slurm_problem()
+    if problem:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI needs a real Slurm: {problem}", pytrace=False)
+        pytest.skip(problem)
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 50
-    base = os.environ.get("SP_TEST_CLUSTER_DIR", f"/tmp/sp-test-cluster-{port - 50}")
-    directory = Path(base + "-hooks")
+    directory = cluster_dir(port - 50, "-hooks")
     if directory.exists() and testcluster.load_state(directory) is None:
         shutil.rmtree(directory)
     spec = testcluster.ClusterSpec(
@@ -61,6 +59,7 @@ def hcluster(tmp_path_factory):
         cpus=8,
         hooks=True,
         accounting=_can_account(),
+        slurm=release(),
     )
     testcluster.down(directory)
     state = testcluster.up(spec, timeout=120)

@@ -9,9 +9,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from clusterutil import wait_for
+from clusterutil import release, wait_for
 from slurm_preempt.cli import main
-from slurm_preempt.rehearsal import procs
+from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal import testcluster as tc
 
 pytestmark = pytest.mark.cluster
@@ -73,10 +73,10 @@ def test_drain_then_down_requeues_with_restart_count(clean_cluster):
 def test_down_stops_everything_it_started(tmp_path):
     if os.geteuid() != 0:  # pragma: no cover
         pytest.skip("needs root")
-    tc.check_packages()
-    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=17450)
+    tc.check_packages(release())
+    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=17450, slurm=release())
     state = tc.up(spec)
-    env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
+    env = {**os.environ, **state.env()}
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsleep 300\n")
     from slurm_preempt.slurm.commands import Slurm
@@ -106,7 +106,7 @@ def test_cli_bad_input(tmp_path):
 
 def test_cli_missing_packages(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(tc, "SYSTEM_PATH", str(tmp_path))
+    monkeypatch.setattr(versions, "SYSTEM_PATH", str(tmp_path))
     result = CliRunner().invoke(main, ["testcluster", "up", "--dir", str(tmp_path / "c")])
     assert result.exit_code == 5
     assert "apt-get install" in result.output and "munge" in result.output

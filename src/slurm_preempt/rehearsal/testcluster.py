@@ -1,5 +1,8 @@
 """A real multi-node Slurm cluster on this one host, from Debian's packages, for demos and tests.
 
+By default it runs the host's Slurm; ``slurm="24.11"`` or ``"26.05"`` runs that release from a Debian
+root built once in a cache folder (``versions``, ``slurmroot``).
+
 One munged, one slurmctld and one ``slurmd -N NAME`` per node, all as root, every file (config, munge
 key and socket, state, spool, logs) under one folder, on ports of its own so it never meets a real
 Slurm. Nodes carry the features ``standard`` or ``preemptible`` and may declare more CPUs than the
@@ -15,30 +18,23 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurm_preempt.errors import ClusterError, MissingDependencyError, UsageError
+from slurm_preempt.errors import ClusterError, UsageError
 from slurm_preempt.records import hooks
-from slurm_preempt.rehearsal import accounting, procs
+from slurm_preempt.rehearsal import accounting, procs, versions
 from slurm_preempt.rehearsal.procs import Started
 from slurm_preempt.slurm.commands import Slurm
 
 DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
 DEFAULT_PORT = 17100
 STATE_FILE = "cluster.json"
-# Binaries and the Debian package that brings each (Debian 13 names them slurmd-wlm etc. behind
-# alternatives, which still answer to these names).
-REQUIRED = {
-    "munged": "munge",
-    "slurmctld": "slurmctld",
-    "slurmd": "slurmd",
-    "sinfo": "slurm-client",
-}
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_PATH = versions.SYSTEM_PATH
 
 Progress = Callable[[str], None]
 
@@ -58,6 +54,7 @@ class ClusterSpec:
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
     hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
     accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
+    slurm: str = versions.SYSTEM  # which Slurm release runs it (rehearsal.versions.RELEASES)
 
     def validate(self) -> None:
         if self.standard < 0 or self.preemptible < 0:
@@ -72,6 +69,7 @@ class ClusterSpec:
             raise UsageError(f"port {self.port} is out of range (1025-65000)")
         if self.directory.exists() and not self.directory.is_dir():
             raise UsageError(f"--dir {self.directory} exists and is not a folder")
+        versions.release(self.slurm)
 
     @property
     def node_names(self) -> list[str]:
@@ -119,10 +117,16 @@ class ClusterState:
         return [p for p in self.processes if p.alive]
 
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.spec.conf_path), "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir)}
+        """What points Slurm commands at this cluster (PATH too when it runs another release)."""
+        client = versions.client_env(self.spec.slurm, self.spec.directory, os.environ.get("PATH", ""))
+        return {
+            "SLURM_CONF": str(self.spec.conf_path),
+            "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir),
+            **client,
+        }
 
 
-def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
+def render_conf(spec: ClusterSpec, first_job_id: int, release_lines: Sequence[str] = ()) -> str:
     """slurm.conf for ``spec``."""
     d = spec.directory
     lines = [
@@ -146,11 +150,14 @@ def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
+        # A node set DOWN (removed) comes back only when resumed. With 2, Slurm 24.11+ brings a node back
+        # by itself when a reply it sent just before the removal is processed (they queue up to 2 s).
+        "ReturnToService=1",
         "MpiDefault=none",
         f"KillWait={spec.kill_wait}",
         # Job ids go on rising across fresh starts, so ledgers of earlier runs never collide.
         f"FirstJobId={first_job_id}",
+        *release_lines,
     ]
     port = spec.port + 1
     for feature, prefix, count in (
@@ -174,18 +181,9 @@ def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_packages() -> None:
-    """Raise MissingDependencyError naming the Debian packages to install."""
-    missing = sorted({pkg for binary, pkg in REQUIRED.items() if not _which(binary)})
-    if missing:
-        raise MissingDependencyError(
-            f"Slurm packages missing: {' '.join(missing)}; install them with "
-            f"`apt-get install {' '.join(missing)}` or run scripts/install-slurm.sh"
-        )
-
-
-def _which(binary: str) -> str | None:
-    return shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
+def check_packages(slurm: str = versions.SYSTEM) -> None:
+    """Raise MissingDependencyError naming what to install (for another release: build its root)."""
+    versions.runtime(slurm).check()
 
 
 # ---------------------------------------------------------------------------------------- state file
@@ -226,7 +224,6 @@ def save_state(state: ClusterState) -> None:
 def up(spec: ClusterSpec, timeout: float = 90.0, progress: Progress = lambda _: None) -> ClusterState:
     """Start the cluster (or find it already running) and wait until every node is idle."""
     spec.validate()
-    check_packages()
     if os.geteuid() != 0:
         raise ClusterError("the test cluster runs slurmd, which needs root: run it as root")
     existing = load_state(spec.directory) if spec.directory.is_dir() else None
@@ -284,12 +281,15 @@ def _check_ports(spec: ClusterSpec) -> None:
 
 
 def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterState:
+    runtime = versions.runtime(spec.slurm)
+    runtime.check()  # builds the release's root the first time
     began = time.monotonic()
     _check_ports(spec)
     _prepare_dirs(spec)
     d = spec.directory
+    runtime.prepare_clients(d)
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
-    spec.conf_path.write_text(render_conf(spec, first_job_id))
+    spec.conf_path.write_text(render_conf(spec, first_job_id, runtime.conf_lines()))
     if spec.hooks:  # the same code path as `slurm-preempt hooks install`
         hooks.install(d / "etc", spec.state_dir)
     state = ClusterState(spec=spec, started_at=time.time())
@@ -300,16 +300,19 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
         state.processes.append(
             procs.start(
                 "munged",
-                [
-                    _which("munged"),
-                    "-F",
-                    "--force",
-                    f"--socket={sock}",
-                    f"--key-file={d}/munge/munge.key",
-                    f"--log-file={d}/log/munged.log",
-                    f"--pid-file={d}/munge/munged.pid",
-                    f"--seed-file={d}/munge/munged.seed",
-                ],
+                runtime.daemon_argv(
+                    "munged",
+                    [
+                        "-F",
+                        "--force",
+                        f"--socket={sock}",
+                        f"--key-file={d}/munge/munge.key",
+                        f"--log-file={d}/log/munged.log",
+                        f"--pid-file={d}/munge/munged.pid",
+                        f"--seed-file={d}/munge/munged.seed",
+                    ],
+                    [d],
+                ),
                 env,
                 d / "log" / "munged.out",
             )
@@ -320,9 +323,8 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
             state.processes += accounting.start(spec, env, progress)
             save_state(state)
         progress("starting slurmctld")
-        state.processes.append(
-            procs.start("slurmctld", [_which("slurmctld"), "-D"], env, d / "log" / "slurmctld.out")
-        )
+        slurmctld = runtime.daemon_argv("slurmctld", ["-D"], [d])
+        state.processes.append(procs.start("slurmctld", slurmctld, env, d / "log" / "slurmctld.out"))
         save_state(state)
         slurm = Slurm(env={**os.environ, **state.env()}, timeout=10)
         _await(slurm.ping, 30, "slurmctld did not answer", state)
@@ -344,7 +346,7 @@ def _start_slurmd(state: ClusterState, name: str, env: dict[str, str]) -> Starte
     d = state.spec.directory
     return procs.start(
         f"slurmd:{name}",
-        [_which("slurmd"), "-D", "-N", name],
+        versions.runtime(state.spec.slurm).daemon_argv("slurmd", ["-D", "-N", name], [d]),
         {**env, "SP_TESTCLUSTER_NODE": name},
         d / "log" / f"slurmd-{name}.out",
     )
@@ -432,8 +434,14 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
         for p in procs.with_env("SP_TESTCLUSTER_NODE", name)
         if _env_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
     ]
-    steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
-    killed = procs.kill_now(slurmd) + procs.kill_now(steps)
+    namespaces = {ns for ns in map(procs.mount_namespace, slurmd) if ns and ns != procs.mount_namespace()}
+    killed = procs.kill_now(slurmd)
+    # A job that just started may have a slurmstepd forked but not yet listening: look twice. On another
+    # release each node runs in a mount namespace of its own, which holds exactly its processes.
+    for _ in range(2):
+        steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
+        killed += procs.kill_now(steps) + procs.kill_now(procs.in_mount_namespaces(namespaces))
+        time.sleep(0.2)
     Slurm(env={**os.environ, **state.env()}).set_down([name], reason)
     return killed
 
@@ -479,7 +487,12 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
 
 
 def env_lines(state: ClusterState) -> list[str]:
-    return [f"export {key}={value}" for key, value in state.env().items()]
+    """``export`` lines for a shell; PATH keeps the shell's own after the release's commands."""
+    env = state.env()
+    quoted = {key: shlex.quote(value) for key, value in env.items()}
+    if "PATH" in env:
+        quoted["PATH"] = f'{shlex.quote(env["PATH"].split(":", 1)[0])}:"$PATH"'
+    return [f"export {key}={value}" for key, value in quoted.items()]
 
 
 def status(directory: Path) -> dict:
@@ -508,8 +521,18 @@ def status(directory: Path) -> dict:
     return {
         "directory": str(directory),
         "running": running,
+        "slurm": state.spec.slurm,
+        "version": _version(state) if running else None,
         "conf": str(state.spec.conf_path),
         "ready_seconds": state.ready_seconds,
         "processes": processes,
         "nodes": nodes,
     }
+
+
+def _version(state: ClusterState) -> str | None:
+    """What the cluster's own ``sinfo --version`` says (``slurm-wlm 24.11.5``)."""
+    try:
+        return Slurm(env={**os.environ, **state.env()}, timeout=10).run(["sinfo", "--version"]).strip()
+    except Exception:
+        return None

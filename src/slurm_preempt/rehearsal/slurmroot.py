@@ -1,0 +1,425 @@
+"""Another Slurm release on this host: a Debian root built once with debootstrap, reused by every cluster.
+
+``debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,slurmdbd,munge trixie ROOT``
+unpacks Debian 13's Slurm 24.11 (suite ``sid``: 26.05) into ``/var/cache/slurm-preempt/roots/<suite>``
+in under a minute. Then:
+
+- **Daemons** (munged, slurmctld, slurmd, slurmdbd) run chrooted into the root, each in a private mount
+  namespace (``unshare --mount``) where /proc, /dev and /sys, the host's /etc (for users and hosts),
+  and every folder that is data rather than operating system (/home, /root, /tmp, /work, ...) are
+  bind-mounted at their own paths. Job scripts therefore see the same paths as on the host, as they
+  would on a cluster's shared storage, and run this project's venv (a Python built against Debian 12's
+  glibc runs on the newer glibc of trixie and sid). The mounts die with the namespace: nothing is
+  left mounted on the host, and any number of clusters share one root.
+- **Commands** on the host (``sinfo``, ``sbatch``, ``scontrol``, ...) are small wrappers in
+  ``<cluster>/bin`` that run the root's client through the root's dynamic loader
+  (``ld-linux --library-path ROOT/...``): no chroot, so any user may run them, from any folder, and the
+  host acts as the login node. Inside the root the same wrappers find the root's own binaries.
+- Slurm loads plugins from ``PluginDir``; the root holds a symlink at its own host path pointing to
+  ``/``, so one ``PluginDir=ROOT/usr/lib/<triplet>/slurm-wlm`` is right both on the host (clients) and
+  inside the root (daemons).
+
+Users and groups come from the host: the root's /etc/passwd and /etc/group are symlinks into the host's
+/etc, mounted read-only at /run/host-etc in each daemon's namespace (a user added later is seen).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_preempt.errors import ClusterError, MissingDependencyError
+from slurm_preempt.rehearsal.versions import Release
+
+log = logging.getLogger(__name__)
+
+CACHE_DIR = Path(os.environ.get("SLURM_PREEMPT_CACHE", "/var/cache/slurm-preempt"))
+MIRROR = os.environ.get("SLURM_PREEMPT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# libpython3-stdlib brings the shared libraries Python's own modules link (ssl, ffi, sqlite, lzma, ...)
+# for the host's Python that jobs run, without naming the t64-renamed packages of each suite.
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "libpython3-stdlib")
+BUILD_TIMEOUT = 1800.0
+STAMP = "etc/slurm-preempt-root.json"  # written last: a root without it is incomplete
+HOST_ETC = "run/host-etc"  # where each daemon namespace mounts the host's /etc, read-only
+HOST_FILES = ("passwd", "group", "hosts", "localtime")  # the root's /etc/X -> /run/host-etc/X
+# Top-level folders that make up the operating system; every other folder of the host is data and is
+# shared into the root at the same path (home folders, /tmp, a checkout under /work, ...).
+OS_DIRS = frozenset(
+    ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "lost+found", "proc", "run", "sbin")
+    + ("snap", "sys", "usr", "var")
+)
+# debootstrap's words for "the registry could not be reached".
+_UNREACHABLE = re.compile(
+    r"Failed getting release file|Couldn't download|Temporary failure resolving|"
+    r"Could not resolve|Connection (refused|timed out)|No route to host|Network is unreachable",
+    re.IGNORECASE,
+)
+
+# Run by `sh -c` in a fresh private mount namespace: mount what the root needs, then chroot.
+# Arguments: ROOT, the shared paths, "--", the command inside the root.
+_NAMESPACE_SCRIPT = f"""set -e
+root=$1; shift
+for fs in proc dev sys; do mount --rbind "/$fs" "$root/$fs"; done
+mount --bind /etc "$root/{HOST_ETC}"
+mount -o remount,bind,ro "$root/{HOST_ETC}"
+while [ "$1" != -- ]; do
+  if [ -d "$1" ]; then mkdir -p "$root$1"
+  else mkdir -p "$root${{1%/*}}"; [ -e "$root$1" ] || : >"$root$1"; fi
+  mount --rbind "$1" "$root$1"
+  shift
+done
+shift
+exec chroot "$root" "$@"
+"""
+
+_WRAPPER = """#!/bin/sh
+# {name} of Slurm {version}, from the Debian {suite} root {root}
+# (written by `slurm-preempt testcluster up`). On the host the root's own dynamic loader runs it with
+# the root's libraries; inside the root, the path below leads to the root's own files.
+root={root_q}
+exec "$root/{loader}" --inhibit-cache --library-path {libpath_q} --argv0 {name} "$root/usr/bin/{name}" "$@"
+"""
+
+
+@dataclass(frozen=True)
+class RootInfo:
+    """What a built root holds (its stamp file)."""
+
+    suite: str
+    slurm: str  # the Debian package version, e.g. 24.11.5-4+deb13u1
+    loader: str  # relative to the root: lib64/ld-linux-x86-64.so.2
+    libdirs: tuple[str, ...]  # absolute inside the root
+    plugin_dir: str  # absolute inside the root
+    clients: tuple[str, ...]  # sinfo, squeue, ...
+    built_at: float
+    build_seconds: float
+    mirror: str
+
+    @property
+    def slurm_version(self) -> str:
+        """``24.11.5`` from ``24.11.5-4+deb13u1``."""
+        return self.slurm.split("-")[0].split("+")[0]
+
+    def to_json(self) -> dict:
+        return {**self.__dict__, "libdirs": list(self.libdirs), "clients": list(self.clients)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RootInfo:
+        return cls(**{**data, "libdirs": tuple(data["libdirs"]), "clients": tuple(data["clients"])})
+
+
+def root_path(suite: str, cache: Path | None = None) -> Path:
+    return (cache or CACHE_DIR) / "roots" / suite
+
+
+def read_info(path: Path) -> RootInfo | None:
+    """The stamp of the root at ``path``, or None when it is missing or incomplete."""
+    try:
+        return RootInfo.from_json(json.loads((path / STAMP).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def ensure(release: Release, cache: Path | None = None) -> RootInfo:
+    """The root of ``release``, built now when it is not in the cache yet (once: concurrent callers
+    wait for the first one's build)."""
+    if release.suite is None:
+        raise ClusterError("the system release runs from the host's packages, not from a root")
+    path = root_path(release.suite, cache)
+    info = read_info(path)
+    if info is None:
+        with _lock(path.parent):
+            info = read_info(path) or _build(release, path)
+    _check_version(release, info, path)
+    return info
+
+
+def list_roots(cache: Path | None = None) -> list[dict]:
+    """Every root in the cache: suite, Slurm version, size on disk, build time."""
+    found = []
+    folder = (cache or CACHE_DIR) / "roots"
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        info = read_info(path) if path.is_dir() and not path.is_symlink() else None
+        if info is not None:
+            found.append(
+                {
+                    "suite": info.suite,
+                    "slurm": info.slurm_version,
+                    "path": str(path),
+                    "built_at": info.built_at,
+                    "build_seconds": info.build_seconds,
+                    "megabytes": _megabytes(path),
+                }
+            )
+    return found
+
+
+def _megabytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):  # never follows the root's self-link
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total // 1_000_000
+
+
+@contextmanager
+def _lock(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder.parent, 0o755)  # users' commands run the roots' clients
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _check_version(release: Release, info: RootInfo, path: Path) -> None:
+    wanted = release.name
+    if not info.slurm_version.startswith(wanted + "."):
+        raise ClusterError(
+            f"the Debian {info.suite} root in {path} holds Slurm {info.slurm_version}, not {wanted}: "
+            f"Debian {info.suite} moved on; remove {path} to rebuild it, and update "
+            "slurm_preempt.rehearsal.versions.RELEASES"
+        )
+
+
+def _build(release: Release, path: Path) -> RootInfo:
+    suite = release.suite
+    assert suite is not None
+    debootstrap = shutil.which("debootstrap", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if debootstrap is None:
+        raise MissingDependencyError(
+            f"building the Slurm {release.name} root needs debootstrap: apt-get install debootstrap "
+            "(scripts/install-slurm.sh installs it)"
+        )
+    if os.geteuid() != 0:
+        raise ClusterError(f"building the Slurm {release.name} root runs debootstrap, which needs root")
+    partial = path.with_name(path.name + ".partial")
+    build_log = path.with_name(path.name + ".log")
+    shutil.rmtree(partial, ignore_errors=True)  # an interrupted build; rmtree never follows symlinks
+    log.info(
+        "building the Debian %s root with Slurm %s in %s (once; about a minute)", suite, release.name, path
+    )
+    began = time.monotonic()
+    argv = [
+        debootstrap,
+        "--variant=minbase",
+        f"--include={','.join(PACKAGES)}",
+        suite,
+        str(partial),
+        MIRROR,
+    ]
+    _run_debootstrap(argv, build_log, release)
+    _adapt(partial, path)
+    info = _describe(partial, suite, time.monotonic() - began)
+    (partial / STAMP).write_text(json.dumps(info.to_json(), indent=1) + "\n")
+    os.replace(partial, path)
+    log.info("root ready: Slurm %s in %.0f s (%s)", info.slurm_version, info.build_seconds, build_log)
+    return info
+
+
+def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None:
+    with open(build_log, "w") as out:
+        try:
+            done = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ClusterError(
+                f"debootstrap of Debian {release.suite} gave no result within {BUILD_TIMEOUT:g} s "
+                f"(is {MIRROR} slow or unreachable?); see {build_log}"
+            ) from None
+    if done.returncode == 0:
+        return
+    text = build_log.read_text(errors="replace")
+    if _UNREACHABLE.search(text):
+        raise ClusterError(
+            f"cannot reach Debian's registry {MIRROR} to build the Slurm {release.name} root "
+            f"(set SLURM_PREEMPT_DEBIAN_MIRROR to a reachable mirror); see {build_log}"
+        )
+    last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+    raise ClusterError(f"debootstrap of Debian {release.suite} failed (exit {done.returncode}): {last}")
+
+
+def _adapt(partial: Path, final: Path) -> None:
+    """Make the fresh root usable from the host: host users, self-link for PluginDir."""
+    (partial / HOST_ETC).mkdir(parents=True, exist_ok=True)
+    for name in HOST_FILES:
+        target = partial / "etc" / name
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.symlink_to(f"/{HOST_ETC}/{name}")
+    # ROOT/<ROOT's host path> -> /: paths spelled as on the host resolve inside the root too.
+    link = partial / str(final).lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to("/")
+
+
+def _describe(root: Path, suite: str, seconds: float) -> RootInfo:
+    listed = (root / "var/lib/dpkg/info/slurm-client.list").read_text().split()
+    clients = tuple(sorted(Path(p).name for p in listed if p.startswith("/usr/bin/")))
+    plugin = next(iter(sorted(root.glob("usr/lib/*/slurm-wlm/auth_munge.so"))), None)
+    if plugin is None:
+        raise ClusterError(f"the {suite} root holds no Slurm plugins (auth_munge.so); see its build log")
+    plugin_dir = "/" + str(plugin.parent.relative_to(root))
+    libdirs = ("/" + str(plugin.parent.parent.relative_to(root)), plugin_dir)
+    loader = next(
+        (
+            str(p.relative_to(root))
+            for pattern in ("lib64/ld-linux*.so.*", "lib/ld-linux*.so.*")
+            for p in sorted(root.glob(pattern))
+        ),
+        None,
+    )
+    if loader is None:
+        raise ClusterError(f"the {suite} root holds no dynamic loader")
+    return RootInfo(
+        suite=suite,
+        slurm=_package_version(root, "slurm-client"),
+        loader=loader,
+        libdirs=libdirs,
+        plugin_dir=plugin_dir,
+        clients=clients,
+        built_at=time.time(),
+        build_seconds=round(seconds, 1),
+        mirror=MIRROR,
+    )
+
+
+def _package_version(root: Path, package: str) -> str:
+    status = (root / "var/lib/dpkg/status").read_text(errors="replace")
+    for block in status.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if fields.get("Package") == package and "installed" in fields.get("Status", ""):
+            return fields.get("Version", "")
+    raise ClusterError(f"{package} is not installed in the root {root}")
+
+
+# ---------------------------------------------------------------------------------------- sharing
+
+
+def shared_paths(extra: Sequence[Path] = ()) -> list[Path]:
+    """Host paths mounted into the root at the same place: every top-level folder that is not the
+    operating system's, this Python when it lives in the operating system's folders, and ``extra``.
+    Paths inside another one listed are left out (the parent's recursive bind brings them)."""
+    found = [Path("/") / name for name in sorted(os.listdir("/")) if name not in OS_DIRS]
+    found = [p for p in found if p.is_dir() and not p.is_symlink()]
+    found += python_paths() + [Path(p) for p in extra]
+    kept: list[Path] = []
+    for path in sorted(set(found), key=lambda p: (len(p.parts), str(p))):
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+def python_paths() -> list[Path]:
+    """This Python's interpreter and standard library when they live in the operating system's folders
+    (Debian's /usr/bin/python3): a job inside the root runs the same venv. A pyenv or /opt Python is
+    shared with its folder anyway."""
+    base = Path(sys.base_prefix)
+    if base.parts[1:2] and base.parts[1] not in OS_DIRS:
+        return []
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    found = [base / "lib" / version]
+    # Every name the venv's python link passes through on its way to the binary (bin/python ->
+    # /usr/bin/python3 -> python3.11): each gets the real binary bound over it in the root.
+    current = Path(sys.executable)
+    for _ in range(10):
+        if current.parts[1:2] and current.parts[1] in OS_DIRS:
+            found.append(current)
+        if not current.is_symlink():
+            break
+        current = current.parent / os.readlink(current)
+    return found
+
+
+# ---------------------------------------------------------------------------------------- runtime
+
+
+@dataclass
+class RootRuntime:
+    """A release running from its Debian root (see the module's docstring)."""
+
+    release: Release
+    cache: Path | None = None
+    _info: RootInfo | None = None
+
+    @property
+    def path(self) -> Path:
+        assert self.release.suite is not None
+        return root_path(self.release.suite, self.cache)
+
+    @property
+    def info(self) -> RootInfo:
+        if self._info is None:
+            self._info = ensure(self.release, self.cache)
+        return self._info
+
+    def check(self) -> None:
+        for tool in ("unshare", "chroot", "mount"):
+            if shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
+                raise MissingDependencyError(f"running another Slurm release needs {tool} (util-linux)")
+        _ = self.info  # builds the root when it is not there yet
+
+    def daemon_argv(self, program: str, args: Sequence[str], shared: Sequence[Path] = ()) -> list[str]:
+        mounts = [str(p) for p in shared_paths(shared)]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            _NAMESPACE_SCRIPT,
+            "slurm-preempt-root",
+            str(self.path),
+            *mounts,
+            "--",
+            f"/usr/sbin/{program}",
+            *args,
+        ]
+
+    def conf_lines(self) -> list[str]:
+        return [f"PluginDir={self.path}{self.info.plugin_dir}"]
+
+    def prepare_clients(self, directory: Path) -> dict[str, str]:
+        bin_dir = directory / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(bin_dir, 0o755)
+        for name in self.info.clients:
+            write_wrapper(bin_dir / name, name, self.path, self.info)
+        return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+
+    def describe(self) -> str:
+        return f"{self.info.slurm_version} (Debian {self.info.suite} root {self.path})"
+
+
+def write_wrapper(target: Path, name: str, root: Path, info: RootInfo) -> None:
+    libpath = ":".join(f"$root{d}" for d in info.libdirs)
+    text = _WRAPPER.format(
+        name=name,
+        version=info.slurm_version,
+        suite=info.suite,
+        root=root,
+        root_q=shlex.quote(str(root)),
+        loader=info.loader,
+        libpath_q=f'"{libpath}"',
+    )
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, target)
