@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal import testcluster as tc
-from slurm_preempt.rehearsal import versions
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
 
@@ -99,6 +100,21 @@ class ClusterHandle:
     def fresh(self) -> tc.ClusterState:
         """The cluster as cluster.json says now (drills and tests restart slurmds)."""
         return tc.load_state(self.state.spec.directory) or self.state
+
+    def everywhere(self, script: str) -> None:
+        """``sh -c script`` on the host and in each daemon's own mount namespace. Another release's
+        daemons run in private ones (slurmroot): a mount made on the host after they started is not
+        theirs, so a test that breaks a file system must break it where the hooks run too."""
+        subprocess.run(["sh", "-c", script], check=True)
+        ours = procs.mount_namespace()
+        seen = set()
+        for started in self.fresh().processes:
+            proc = started.process()
+            namespace = procs.mount_namespace(proc) if proc else None
+            if proc is None or namespace in (None, ours) or namespace in seen:
+                continue
+            seen.add(namespace)
+            subprocess.run(["nsenter", "-t", str(proc.pid), "-m", "-r", "--", "sh", "-c", script], check=True)
 
     def reset(self) -> None:
         """Cancel every job and bring every node back."""

@@ -292,9 +292,7 @@ def test_broken_state_folder_never_drains_a_node(hc, tmp_path, breakage):
     target = tmp_path / "state"
     if breakage == "read-only":
         (target / "jobs").mkdir(parents=True)
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=755", "tmpfs", str(target / "jobs")], check=True
-        )
+        hc.everywhere(f"mount -t tmpfs -o ro,size=64k,mode=755 tmpfs {target / 'jobs'}")
     elif breakage == "symlink":
         (tmp_path / "elsewhere").mkdir()
         target.symlink_to(tmp_path / "elsewhere")
@@ -310,7 +308,7 @@ def test_broken_state_folder_never_drains_a_node(hc, tmp_path, breakage):
     finally:
         conf.write_text(original)
         if breakage == "read-only":
-            subprocess.run(["umount", str(target / "jobs")], check=False)
+            hc.everywhere(f"umount {target / 'jobs'} || true")
 
 
 def test_full_disk_never_drains_a_node(hc, tmp_path):
@@ -318,19 +316,17 @@ def test_full_disk_never_drains_a_node(hc, tmp_path):
     original = conf.read_text()
     state = tmp_path / "full"
     state.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=755", "tmpfs", str(state)], check=True)
+    # Full where the hooks run: a tmpfs of 16 KiB, filled, on the host and in each node's namespace.
+    hc.everywhere(
+        f"mount -t tmpfs -o size=16k,mode=755 tmpfs {state} && mkdir {state}/jobs && "
+        f"{{ head -c 65536 /dev/zero >{state}/filler 2>/dev/null || true; }}"
+    )
     try:
-        (state / "jobs").mkdir()
-        with open(state / "filler", "wb") as out:
-            try:
-                out.write(b"x" * 64 * 1024)
-            except OSError:
-                pass
         conf.write_text(f"state_dir={state}\nlog={tmp_path}/hooks.log\n")
         _run_and_check(hc, expect_recorded=False)
     finally:
         conf.write_text(original)
-        subprocess.run(["umount", str(state)], check=False)
+        hc.everywhere(f"umount {state} || true")
 
 
 def test_symlink_planted_in_a_job_folder_is_replaced_not_followed(hc, tmp_path):
