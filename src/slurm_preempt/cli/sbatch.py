@@ -38,7 +38,16 @@ OPTIONS = [
     _opt("--qos", help="Quality of service."),
     _opt("--constraint", metavar="EXPR", help="Node features [default: preemptible]."),
     click.option("--standard", is_flag=True, default=None, help="No preemptible constraint."),
-    _opt("--output", metavar="PATTERN", help="Log path [default: %x-%j.out, arrays %x-%A_%a.out]."),
+    _opt(
+        "--output",
+        metavar="PATTERN",
+        help="Log path [default: %x-%j.out, arrays %x-%A_%a.out; %x-%j.%r.out on Slurm 25.11+].",
+    ),
+    _opt(
+        "--slurm-version",
+        metavar="X.Y|auto",
+        help="The cluster's Slurm release [auto: sinfo --version]; 25.11+ logs each attempt apart (%r).",
+    ),
     _opt("--error", metavar="PATTERN", help="Separate stderr log (default: with the output)."),
     _opt("--mail-user", help="Mail address for Slurm's mails."),
     _opt("--mail-type", help="Mail events, e.g. END,FAIL,REQUEUE."),

@@ -37,6 +37,7 @@ from slurm_preempt.sbatch.options import (
     parse_time,
     positive_int,
 )
+from slurm_preempt.slurm import features
 
 # ------------------------------------------------------------------------------------------ the spec
 
@@ -81,6 +82,12 @@ class JobSpec:
     nproc_per_node: int = 1
     rdzv_port: int = DEFAULT_RDZV_PORT
     torchrun: str = "torchrun"
+    slurm_version: tuple[int, int] | None = None  # the cluster's release, when known (--slurm-version)
+
+    @property
+    def per_attempt_logs(self) -> bool:
+        """One log per attempt (``%r`` in the file name), which Slurm expands from 25.11."""
+        return "%r" in self.output and features.has(self.slurm_version, features.RESTART_IN_FILE_NAMES)
 
     @property
     def notice_signal(self) -> str | None:
@@ -141,7 +148,7 @@ CONFIG_KEYS = frozenset(
     time partition account qos output error mail_user mail_type chdir array env setup sbatch comment
     notice_signal forward_signal fallback_after fallback_pending fallback_to fast_restart
     timelimit_notice checkpoint_root checkpoint_dir checkpoint_interval checkpoint_seconds mtbp resume_flag
-    sidecar grace
+    sidecar grace slurm_version
     nproc_per_node rdzv_port torchrun""".split()  # noqa: SIM905
 )
 LIST_KEYS = ("env", "setup", "sbatch", "resume_flag")
@@ -204,6 +211,7 @@ def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | Non
         raise UsageError("no command given: put it after --, e.g. slurm-preempt sbatch -- python train.py")
     job_name = check_line("--job-name", s.get("job_name") or default_job_name(command))
     spec = JobSpec(template=template, command=command, job_name=job_name)
+    spec.slurm_version = parse_slurm_version(s.get("slurm_version"))
     _resources(spec, s)
     _placement(spec, s)
     _preemption(spec, s)
@@ -211,6 +219,18 @@ def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | Non
     _torchrun(spec, s)
     _check_template_fit(spec)
     return spec
+
+
+def parse_slurm_version(value: Any) -> tuple[int, int] | None:
+    """``26.05`` (or (26, 5), or ``slurm-wlm 26.05.5``) -> (26, 5); empty or ``none`` -> None."""
+    if value is None or value == "" or str(value).lower() in ("none", "unknown"):
+        return None
+    if isinstance(value, tuple):
+        return (int(value[0]), int(value[1]))
+    match = re.search(r"(\d+)\.(\d+)", str(value))
+    if match is None:
+        raise UsageError(f"--slurm-version {value!r} is not a Slurm release like 24.11 or 26.05")
+    return int(match.group(1)), int(match.group(2))
 
 
 def _resources(spec: JobSpec, s: dict) -> None:
@@ -240,8 +260,10 @@ def _placement(spec: JobSpec, s: dict) -> None:
         spec.constraint = check_pattern("--constraint", s["constraint"], CONSTRAINT_RE, "preemptible&h100")
     if s.get("output"):
         spec.output = check_line("--output", s["output"])
-    elif spec.template == "array":
-        spec.output = "%x-%A_%a.out"  # one log per task, stable across that task's requeues
+    else:
+        if spec.template == "array":
+            spec.output = "%x-%A_%a.out"  # one log per task, stable across that task's requeues
+        spec.output = features.per_attempt_output(spec.output, spec.slurm_version)
     if s.get("error"):
         spec.error = check_line("--error", s["error"])
     if s.get("mail_user"):

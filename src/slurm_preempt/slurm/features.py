@@ -16,7 +16,9 @@ RESTART_IN_FILE_NAMES: Version = (25, 11)
 REQUEUE_DELAY: Version = (25, 11)
 # --requeue=expedite with SchedulerParameters=enable_expedited_requeue.
 EXPEDITED_REQUEUE: Version = (25, 11)
-# MaxBatchRequeue in slurm.conf (before: fixed at 5).
+# MaxBatchRequeue in slurm.conf, and every failed launch (a prolog that fails, a node lost while the job
+# starts) counts toward it. Before: fixed at 5, and failed launches did not count (22.05: a job whose
+# prolog failed 8 times was never held for it). A node set DOWN under a job never counts.
 MAX_BATCH_REQUEUE_SETTING: Version = (23, 2)
 DEFAULT_MAX_BATCH_REQUEUE = 5
 # Slurm's hold of a requeued job when nothing shortens it: cred_expire (120 s) + 1.
