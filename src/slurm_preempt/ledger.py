@@ -51,6 +51,7 @@ KINDS = (
     "fast_restart",
     "fallback",
     "enforced_requeue",
+    "launch_held",
 )
 
 

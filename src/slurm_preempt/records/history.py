@@ -119,10 +119,12 @@ class JobHistory:
     accounting: bool = False
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what the watcher could not fix by itself
 
     def to_json(self) -> dict:
         return {
             "job_id": self.job_id,
+            "warnings": self.warnings,
             "user": self.user,
             "partition": self.partition,
             "constraints": self.constraints,
@@ -147,9 +149,24 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         _apply_job_event(history, attempts, event)
+        if event["kind"] == "launch_held":
+            history.warnings.append(_launch_held_text(event))
     _finish(attempts)
     history.attempts = attempts
     return history
+
+
+def _launch_held_text(event: dict) -> str:
+    """The watcher's ``launch_held`` event in words (watch/launchhold.py)."""
+    moment = _time(event)
+    when = moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "?"
+    why = (
+        "held by Slurm after MaxBatchRequeue failed launches" if event.get("limit") else "launch failed, held"
+    )
+    if not event.get("released"):
+        return f"{when} {why}: left held (released once before, or only an operator may)"
+    where = f"moved to {event['fallback']}, " if isinstance(event.get("fallback"), str) else ""
+    return f"{when} {why}: {where}released by the watcher"
 
 
 def _time(event: dict, key: str = "time") -> datetime | None:
@@ -404,6 +421,8 @@ def history_text(history: JobHistory) -> str:
         )
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
+    for warning in history.warnings:
+        lines.append(f"warning: {warning}")
     if history.ignored_events:
         lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
     return "\n".join(lines)

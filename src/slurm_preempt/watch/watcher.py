@@ -8,7 +8,8 @@ Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of
 1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
 2. ``squeue -w <nodes> -t running,configuring`` only when a node newly started draining (or an
    earlier round on it failed, or its enforcement moment came): one call for all such nodes;
-3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
+3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs (and
+   those a failed launch holds: ``launchhold``).
 
 So at most 3 queries, plus the actions: one ``scancel --signal`` for all jobs told (in a few chunks
 run side by side) and one ``scontrol update`` per job restarted or moved.
@@ -31,7 +32,7 @@ from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.notice import to_text, utcnow
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
-from slurm_preempt.watch import sentstate
+from slurm_preempt.watch import launchhold, sentstate
 from slurm_preempt.watch.actions import Context, Emit, Log, enforce, enforce_due, restart, tell_many
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.sources import Drain, DrainRules, SourceError, slurm_drains
@@ -131,7 +132,8 @@ class Watcher:
         if self.settings.fast_restart or self.settings.fallback:
             pending = self.slurm.jobs(states="pending")
             for job in pending:
-                restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
+                if not launchhold.handle(self.ctx, job, self.settings.fallback):
+                    restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
                 self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
         return result
