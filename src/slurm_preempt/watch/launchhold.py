@@ -27,12 +27,23 @@ LAUNCH_FAILED = "launch failed requeued held"
 LIMIT_REACHED = ("launch failure limit exceeded requeued held", "JobHoldMaxRequeue")
 
 
+# Past the limit the job's state is REQUEUE_HOLD, which `squeue -t pending` leaves out (24.11, 26.05).
+HELD_STATES = ("PENDING", "REQUEUE_HOLD")
+PENDING_STATES = "pending,requeue_hold"  # what the watcher asks squeue for
+
+
 def held_for_launch(job: Job) -> bool:
-    return job.pending and (job.reason == LAUNCH_FAILED or job.reason in LIMIT_REACHED)
+    return job.state in HELD_STATES and (job.reason == LAUNCH_FAILED or job.reason in LIMIT_REACHED)
 
 
 def handle(ctx: Context, job: Job, fallback: bool) -> bool:
     """Deal with an opted-in ``job`` a failed launch holds (True); leave any other to the caller (False)."""
+    moved_before = ctx.sent.restarts.get(job.job_id, {}).get("launch_moved")
+    if job.pending and job.reason == "BeginTime" and moved_before == job.restart_count:
+        # Released onto other nodes: Slurm's requeue hold protects nothing there (no credential of
+        # this job was revoked on them). Sent each poll until it takes (not while still completing).
+        _start_now(ctx, job)
+        return True
     if not held_for_launch(job):
         return False
     wish = optin.parse(job.comment)
@@ -59,6 +70,9 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
         return True
     moved = _move(ctx, job, wish) if fallback else None
     error = _release(ctx, shown)
+    if error is None and moved:
+        record["launch_moved"] = job.restart_count
+        _start_now(ctx, job)
     if error is None:
         where = f"moved to {moved} and " if moved else ""
         ctx.log(f"warning: job {shown}: {why}; {where}released")
@@ -95,6 +109,13 @@ def _move(ctx: Context, job: Job, wish: optin.OptIn) -> str | None:
         ctx.log(f"job {job.display_id}: fallback to {wish.fallback_to} failed: {exc}")
         return None
     return wish.fallback_to
+
+
+def _start_now(ctx: Context, job: Job) -> None:
+    try:
+        ctx.slurm.update_job(job.display_id, starttime="now")
+    except SlurmError as exc:
+        ctx.log(f"job {job.display_id}: start time not set, will retry: {exc}")
 
 
 def _release(ctx: Context, job_id: str) -> str | None:

@@ -130,7 +130,7 @@ class Watcher:
             names = sorted({e.node for e in due + enforcing})
             self._act_on_nodes(self.slurm.jobs(nodes=names, states="running,configuring"), due, enforcing)
         if self.settings.fast_restart or self.settings.fallback:
-            pending = self.slurm.jobs(states="pending")
+            pending = self.slurm.jobs(states=launchhold.PENDING_STATES)
             for job in pending:
                 if not launchhold.handle(self.ctx, job, self.settings.fallback):
                     restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
