@@ -254,8 +254,18 @@ def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None
     raise ClusterError(f"debootstrap of Debian {release.suite} failed (exit {done.returncode}): {last}")
 
 
+# What a test root never reads: the downloaded packages (~50 MB), documentation and translations.
+PRUNE = ("var/cache/apt/archives", "usr/share/doc", "usr/share/man", "usr/share/locale")
+
+
 def _adapt(partial: Path, final: Path) -> None:
-    """Make the fresh root usable from the host: host users, self-link for PluginDir."""
+    """Make the fresh root usable from the host: host users, self-link for PluginDir; prune it."""
+    for folder in PRUNE:
+        for entry in (partial / folder).glob("*"):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            elif entry.suffix == ".deb" or folder != PRUNE[0]:
+                entry.unlink()
     (partial / HOST_ETC).mkdir(parents=True, exist_ok=True)
     for name in HOST_FILES:
         target = partial / "etc" / name
