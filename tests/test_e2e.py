@@ -39,10 +39,10 @@ def _reference(tmp_path: Path, steps: int = STEPS) -> int:
     return json.loads(out.read_text())["value"]
 
 
-def _train(result: Path) -> list[str]:
+def _train(result: Path, step_seconds: float = 0.05) -> list[str]:
     """The deterministic job: examples/train_loop.py for STEPS steps, a checkpoint every EVERY."""
     return [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds",
-            "0.05", "--result", str(result)]  # fmt: skip
+            str(step_seconds), "--result", str(result)]  # fmt: skip
 
 
 def _submit_generated(cl, work: Path, options: list[str], command: list[str]) -> str:
@@ -76,7 +76,8 @@ def test_six_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp
     expected = _reference(tmp_path)
     work = tmp_path / "job"
     result = work / "result.json"
-    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result))
+    # 0.2 s a step: six preemptions (~10 s each) come before the 80 s of work is done.
+    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result, step_seconds=0.2))
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
     for _round in range(PREEMPTIONS):
         cl.wait_state(job_id, "RUNNING", timeout=30)

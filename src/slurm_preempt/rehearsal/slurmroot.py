@@ -222,11 +222,15 @@ def _build(release: Release, path: Path) -> RootInfo:
         str(partial),
         MIRROR,
     ]
-    _run_debootstrap(argv, build_log, release)
-    _adapt(partial, path)
-    info = _describe(partial, suite, time.monotonic() - began)
-    (partial / STAMP).write_text(json.dumps(info.to_json(), indent=1) + "\n")
-    os.replace(partial, path)
+    try:
+        _run_debootstrap(argv, build_log, release)
+        _adapt(partial, path)
+        info = _describe(partial, suite, time.monotonic() - began)
+        (partial / STAMP).write_text(json.dumps(info.to_json(), indent=1) + "\n")
+        os.replace(partial, path)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # never half a root (the log stays)
+        raise
     log.info("root ready: Slurm %s in %.0f s (%s)", info.slurm_version, info.build_seconds, build_log)
     return info
 
