@@ -85,7 +85,7 @@ def test_an_unreachable_registry_is_one_clear_line(monkeypatch, tmp_path):
 def test_a_root_that_moved_on_is_refused(tmp_path):
     info = slurmroot.RootInfo(
         suite="sid", slurm="26.11.1-1", loader="lib64/ld-linux-x86-64.so.2", libdirs=(), plugin_dir="/x",
-        clients=("sinfo",), built_at=0.0, build_seconds=1.0, mirror="m",
+        clients=("sinfo",), built_at=0.0, build_seconds=1.0, mirror="m", packages=slurmroot.PACKAGES,
     )  # fmt: skip
     root = tmp_path / "roots" / "sid"
     (root / "etc").mkdir(parents=True)

@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 CACHE_DIR = Path(os.environ.get("SLURM_PREEMPT_CACHE", "/var/cache/slurm-preempt"))
 MIRROR = os.environ.get("SLURM_PREEMPT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # libpython3-stdlib brings the shared libraries Python's own modules link (ssl, ffi, sqlite, lzma, ...)
-# for the host's Python that jobs run, without naming the t64-renamed packages of each suite.
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "libpython3-stdlib")
+# for the host's Python that jobs run, without naming the t64-renamed packages of each suite; Debian's
+# own python3 binary also links libexpat. A root built with another list is built again.
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "libpython3-stdlib", "libexpat1")
 BUILD_TIMEOUT = 1800.0
 STAMP = "etc/slurm-preempt-root.json"  # written last: a root without it is incomplete
 HOST_ETC = "run/host-etc"  # where each daemon namespace mounts the host's /etc, read-only
@@ -106,6 +107,7 @@ class RootInfo:
     built_at: float
     build_seconds: float
     mirror: str
+    packages: tuple[str, ...] = ()
 
     @property
     def slurm_version(self) -> str:
@@ -113,11 +115,12 @@ class RootInfo:
         return self.slurm.split("-")[0].split("+")[0]
 
     def to_json(self) -> dict:
-        return {**self.__dict__, "libdirs": list(self.libdirs), "clients": list(self.clients)}
+        return {**self.__dict__, **{k: list(getattr(self, k)) for k in ("libdirs", "clients", "packages")}}
 
     @classmethod
     def from_json(cls, data: dict) -> RootInfo:
-        return cls(**{**data, "libdirs": tuple(data["libdirs"]), "clients": tuple(data["clients"])})
+        lists = {k: tuple(data.get(k, ())) for k in ("libdirs", "clients", "packages")}
+        return cls(**{**data, **lists})
 
 
 def root_path(suite: str, cache: Path | None = None) -> Path:
@@ -139,11 +142,24 @@ def ensure(release: Release, cache: Path | None = None) -> RootInfo:
         raise ClusterError("the system release runs from the host's packages, not from a root")
     path = root_path(release.suite, cache)
     info = read_info(path)
-    if info is None:
+    if info is None or info.packages != PACKAGES:
         with _lock(path.parent):
-            info = read_info(path) or _build(release, path)
+            info = read_info(path)
+            if info is not None and info.packages != PACKAGES:
+                log.info("the %s root was built with other packages: building it again", release.suite)
+                _remove(path)
+                info = None
+            info = info or _build(release, path)
     _check_version(release, info, path)
     return info
+
+
+def _remove(path: Path) -> None:
+    """Move a root aside, then delete it (rmtree never follows its self-link or the host's files)."""
+    aside = path.with_name(path.name + ".old")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def list_roots(cache: Path | None = None) -> list[dict]:
@@ -310,6 +326,7 @@ def _describe(root: Path, suite: str, seconds: float) -> RootInfo:
         built_at=time.time(),
         build_seconds=round(seconds, 1),
         mirror=MIRROR,
+        packages=PACKAGES,
     )
 
 
