@@ -1,20 +1,18 @@
 #!/usr/bin/env python3
-"""Capture real Slurm output into tests/data/slurm-<version>/ (what the parser and hook tests read).
+"""Capture real Slurm output into tests/data/slurm-<release>/ (what the parser and hook tests read).
 
     .venv/bin/python scripts/capture-slurm-data.py --slurm 24.11     # as root; builds the root once
 
-Starts a local test cluster of that release (testcluster, port 18080 unless --port) with hooks that
-write their environment to files, runs the jobs the tests talk about, and writes:
+Starts a local test cluster of that release (testcluster, port 18080 unless --port) whose prolog,
+epilog, EpilogSlurmctld and TaskProlog write their environment to files, and writes:
 
+- the squeue/sinfo output of tests/data/capture.sh (*.bin: a job with "|" in its name and comment, an
+  array, a two-node job, a drain and a down, a requeue, other users' hostile names and comments);
 - version.txt: ``sinfo --version``; scontrol_show_config.txt: ``scontrol show config``;
-- sinfo_nodes.txt / sinfo_nodes_removed.txt: ``sinfo -N -O`` with the fields slurm-preempt asks for,
-  with pre1 draining under a job, pre4 down with a "|" in its reason, then pre1 removed;
-- squeue_jobs_running.txt / squeue_jobs_requeued.txt: ``squeue -O`` with a job whose name and comment
-  hold "|" and spaces, a 3-task array, a 2-node job; then the first job requeued by the removal;
 - hook-env/*.env: what Prolog, TaskProlog, Epilog and EpilogSlurmctld see (sorted ``env``), for a job
   that exits 3 (epilog_slurmd, epilog_slurmctld_failed), one removed with its node (prolog_slurmd,
   task_prolog, epilog_slurmctld_node_fail), and one each completed, cancelled, timed out and requeued
-  by ``scontrol requeue`` (epilog_*_<case>.env), so the README table of what epilogs see is reproducible.
+  by ``scontrol requeue`` (epilog_*_<case>.env), so README's table of what epilogs see is reproducible.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -90,8 +89,8 @@ def capture(state: tc.ClusterState, out: Path, dumps: Path, jobs: Path) -> None:
     (out / "hook-env").mkdir(parents=True, exist_ok=True)
     _write(out / "version.txt", slurm.run(["sinfo", "--version"]))
     _write(out / "scontrol_show_config.txt", slurm.run(["scontrol", "show", "config"]))
-    queue = _queue_scene(state, slurm, jobs, out)
-    _hook_scenes(state, slurm, jobs, out, dumps, queue)
+    _queue_scene(out)
+    _hook_scenes(state, slurm, jobs, out, dumps)
 
 
 def _sbatch(slurm: Slurm, jobs: Path, *args: str) -> str:
@@ -110,44 +109,12 @@ def _wait(predicate, timeout: float, what: str):
     raise SystemExit(f"capture: timed out waiting for {what}")
 
 
-def _nodes_text(slurm: Slurm) -> str:
-    return slurm.run(["sinfo", "-h", "-N", "-O", parse.format_arg(parse.NODE_FIELDS)])
+def _queue_scene(out: Path) -> None:
+    """tests/data/capture.sh: the same scenes as 22.05's, through this release's commands (PATH)."""
+    subprocess.run(["bash", str(ROOT / "tests" / "data" / "capture.sh"), str(out)], check=True)
 
 
-def _jobs_text(slurm: Slurm) -> str:
-    return slurm.run(["squeue", "-h", "-O", parse.format_arg(parse.JOB_FIELDS)])
-
-
-def _queue_scene(state, slurm: Slurm, jobs: Path, out: Path) -> str:
-    train = _sbatch(
-        slurm,
-        jobs,
-        "--requeue",
-        "--job-name=train | big run",
-        "--comment=slurm-preempt:notify=USR1; with spaces | pipes",
-        "--constraint=preemptible",
-        "--nodelist=pre1",
-        "--wrap=sleep 600",
-    )
-    _sbatch(slurm, jobs, "--job-name=sweep", "--array=0-2", "--nodelist=pre2", "--wrap=sleep 600")
-    _sbatch(slurm, jobs, "--job-name=two", "--nodes=2", "--constraint=standard", "--wrap=sleep 600")
-    _wait(lambda: len([j for j in slurm.jobs() if j.running]) == 5, 60, "five running jobs")
-    slurm.drain(["pre1"], "TogetherPreemptionNotified: node reclaimed")
-    slurm.set_down(["pre4"], "hw fault | ecc")
-    _write(out / "sinfo_nodes.txt", _nodes_text(slurm))
-    _write(out / "squeue_jobs_running.txt", _jobs_text(slurm))
-    tc.remove_node(state, "pre1")
-    _write(out / "sinfo_nodes_removed.txt", _nodes_text(slurm))
-    _wait(lambda: (j := slurm.job(train)) and j.reason == "BeginTime", 60, "the requeued job's BeginTime")
-    _write(out / "squeue_jobs_requeued.txt", _jobs_text(slurm))
-    slurm.run(["scancel", "-u", "root"])
-    _wait(lambda: not slurm.jobs(states="running,completing,pending"), 60, "the queue to empty")
-    tc.revive_node(state, "pre1")
-    slurm.resume(["pre4"])
-    return train
-
-
-def _hook_scenes(state, slurm: Slurm, jobs: Path, out: Path, dumps: Path, _queue: str) -> None:
+def _hook_scenes(state, slurm: Slurm, jobs: Path, out: Path, dumps: Path) -> None:
     one = ("--constraint=preemptible", "--nodelist=pre2")
     cases = {
         "failed": _sbatch(slurm, jobs, *one, "--wrap=exit 3"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# README command two: set up and run the whole test suite (lint, unit and integration tests on a real
-# local Slurm cluster), then the cluster tests again on each other Slurm release CI proves.
+# README command two: set up and run the whole test suite (lint, types, unit and integration tests on a
+# real local Slurm cluster), then the cluster tests again on each other Slurm release CI proves.
 # Under CI=true a missing Slurm fails the run instead of skipping.
 #   SP_TEST_RELEASES="24.11 26.05"  the other releases (each from a Debian root built once, ~40 s, into
 #                                   /var/cache/slurm-preempt/roots); "" runs the host's Slurm only
@@ -20,6 +20,8 @@ fi
 echo "== lint"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench
+echo "== types"
+.venv/bin/mypy
 run_pytest() {
   set +e
   .venv/bin/python -m pytest "$@"

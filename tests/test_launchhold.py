@@ -13,6 +13,7 @@ import shutil
 import pytest
 
 from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem, wait_for
+from fakeslurm import Clock, FakeSlurm
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.records import history
@@ -20,9 +21,9 @@ from slurm_preempt.rehearsal import testcluster
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch import launchhold
-from slurm_preempt.watch.actions import Context
 from slurm_preempt.watch.sentstate import SentState
-from slurm_preempt.watch.watcher import Settings, Watcher
+from slurm_preempt.watch.settings import Settings
+from slurm_preempt.watch.watcher import Watcher
 
 PROLOG = """#!/bin/sh
 # Fails the launch of jobs the test marked; never anything else.
@@ -100,9 +101,10 @@ def _resume_drained(lc) -> None:
 
 
 def _watcher(lc) -> Watcher:
-    return Watcher(Slurm(timeout=20), Settings(), SentState(), lc.spec.state_dir, log=print)
+    return Watcher(Slurm(timeout=20), Settings(), SentState(), lc.spec.state_dir)
 
 
+@pytest.mark.cluster
 def test_failed_launch_holds_the_job_and_the_watcher_moves_and_releases_it(lc):
     job_id = _submit_failing(lc)
     held = _held(lc, job_id, [launchhold.LAUNCH_FAILED])
@@ -119,6 +121,7 @@ def test_failed_launch_holds_the_job_and_the_watcher_moves_and_releases_it(lc):
     assert "warning:" in text and "launch failed, held: moved to standard, released by the watcher" in text
 
 
+@pytest.mark.cluster
 def test_failed_launches_count_toward_max_batch_requeue_from_23_02(lc):
     """24.11 and 26.05 hold the job for good after 5 failed launches (only an operator may release it);
     22.05 never does. The watcher (root here) moves it and releases it."""
@@ -157,45 +160,52 @@ def _start_now(lc, job_id: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------- decisions
+# The watcher's decisions on the in-memory fake (tests/fakeslurm.py); the real thing is above.
 
 
-class FakeSlurm:
-    """Records the actions; answers like Slurm for an operator."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-
-    def update_job(self, job_id, **fields):
-        self.calls.append(("update", job_id, fields))
-
-    def release(self, job_id):
-        self.calls.append(("release", job_id))
+def _fake_watcher(tmp_path):
+    clock = Clock()
+    slurm = FakeSlurm(clock)
+    watcher = Watcher(slurm, Settings(interval=1.0), SentState(), tmp_path, clock=clock)
+    return slurm, watcher
 
 
-def _job(reason: str, restarts: int = 1, features: str = "preemptible") -> Job:
-    return Job(
-        job_id="7", state="PENDING", reason=reason, restart_count=restarts, features=features,
-        comment="slurm-preempt:signal=USR1",
-    )  # fmt: skip
-
-
-def test_released_once_per_job_then_left_held(tmp_path):
-    slurm = FakeSlurm()
-    lines: list[str] = []
-    ctx = Context(slurm, SentState(), tmp_path, log=lines.append)  # type: ignore[arg-type]
-    assert launchhold.handle(ctx, _job(launchhold.LAUNCH_FAILED, 1), fallback=True)
-    assert ("release", "7") in slurm.calls and ("update", "7", {"features": "standard"}) in slurm.calls
-    assert launchhold.handle(ctx, _job(launchhold.LAUNCH_FAILED, 1), fallback=True)  # same hold: nothing
-    assert len([c for c in slurm.calls if c[0] == "release"]) == 1
-    assert launchhold.handle(ctx, _job(launchhold.LAUNCH_FAILED, 2, "standard"), fallback=True)
-    assert len([c for c in slurm.calls if c[0] == "release"]) == 1  # failed again: left held
-    assert "stays held" in lines[-1] and lines[-1].startswith("warning: job 7")
+def test_released_once_per_job_then_left_held(tmp_path, caplog):
+    slurm, watcher = _fake_watcher(tmp_path)
+    job = slurm.add_job(
+        "7", comment=OPT_IN.split("=", 1)[1], reason=launchhold.LAUNCH_FAILED, restart_count=1
+    )
+    job.features = "preemptible"
+    watcher.poll_once()
+    assert slurm.called("release") == [{"job_id": "7"}]
+    assert {"job_id": "7", "features": "standard"} in slurm.called("update_job")
+    assert {"job_id": "7", "starttime": "now"} in slurm.called("update_job")  # moved: no hold needed
+    watcher.poll_once()  # the same hold (now BeginTime): only the start time again, no second release
+    assert len(slurm.called("release")) == 1
+    job.state, job.reason, job.restart_count = "PENDING", launchhold.LAUNCH_FAILED, 2  # failed again
+    with caplog.at_level("WARNING"):
+        watcher.poll_once()
+    assert len(slurm.called("release")) == 1  # left held: it would drain one node after another
+    assert any("stays held" in r.getMessage() for r in caplog.records)
     kinds = [(e["kind"], e["released"]) for e in ledger.events(tmp_path, "7")]
     assert kinds == [("launch_held", True), ("launch_held", False)]
 
 
-def test_other_jobs_are_left_to_the_restart_logic(tmp_path):
-    ctx = Context(FakeSlurm(), SentState(), tmp_path)  # type: ignore[arg-type]
-    assert not launchhold.handle(ctx, _job("BeginTime"), fallback=True)
-    not_opted_in = Job(job_id="8", state="PENDING", reason=launchhold.LAUNCH_FAILED)
-    assert not launchhold.handle(ctx, not_opted_in, fallback=True)
+def test_past_max_batch_requeue_the_hold_is_found_and_released(tmp_path):
+    slurm, watcher = _fake_watcher(tmp_path)
+    reason = launchhold.LIMIT_REACHED[0]
+    slurm.add_job("8", state="REQUEUE_HOLD", comment=OPT_IN.split("=", 1)[1], reason=reason, restart_count=5)
+    watcher.poll_once()
+    assert {"states": launchhold.PENDING_STATES} in [
+        {"states": c["states"]} for c in slurm.called("jobs") if c["states"]
+    ]
+    assert slurm.called("release") == [{"job_id": "8"}]
+    [event] = ledger.events(tmp_path, "8")
+    assert event["limit"] and event["released"] and event["fallback"] == "standard"
+
+
+def test_jobs_that_did_not_opt_in_are_left_alone(tmp_path):
+    slurm, watcher = _fake_watcher(tmp_path)
+    slurm.add_job("9", reason=launchhold.LAUNCH_FAILED, restart_count=1)
+    watcher.poll_once()
+    assert slurm.called("release") == [] and slurm.called("update_job") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,8 +22,9 @@ from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch import actions, sentstate
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
+from slurm_preempt.watch.settings import Settings
 from slurm_preempt.watch.sources import DrainRules
-from slurm_preempt.watch.watcher import Settings, Watcher, run, state_path
+from slurm_preempt.watch.watcher import Watcher, run, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: watcher test"
@@ -80,7 +82,7 @@ def _watcher(cluster, tmp_path=None, **settings) -> Watcher:
     rules = DrainRules.from_strings("preemptible", [r"^TogetherPreemptionNotified"], [r"^maint"])
     values = {"grace": 20.0, "interval": 1.0, "rules": rules, **settings}
     sent = sentstate.load(path) if path else SentState()
-    return Watcher(Slurm(timeout=20), Settings(**values), sent, state_dir, log=print)
+    return Watcher(Slurm(timeout=20), Settings(**values), sent, state_dir)
 
 
 def _drain(cluster, nodes, reason=REASON):
@@ -119,17 +121,21 @@ def test_enforce_and_fallback_rules():
     assert "pending 600 s" in actions._fallback_why(young, wish, NOW + timedelta(seconds=600))
 
 
-def test_dead_controller_is_logged_and_retried(tmp_path):
+def _lines(caplog) -> list[str]:
+    return [r.getMessage() for r in list(caplog.records) if r.name.startswith("slurm_preempt")]
+
+
+def test_dead_controller_is_logged_and_retried(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=dead\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=9\n")
     slurm = Slurm(env={**os.environ, "SLURM_CONF": str(conf)}, timeout=3)
-    lines: list[str] = []
-    watcher = Watcher(slurm, Settings(interval=0.1, max_backoff=0.3), SentState(), tmp_path, log=lines.append)
+    watcher = Watcher(slurm, Settings(interval=0.1, max_backoff=0.3), SentState(), tmp_path)
     stop = threading.Event()
     thread = threading.Thread(target=run, args=(watcher,), kwargs={"stop": stop}, daemon=True)
     thread.start()
-    wait_for(lambda: len(lines) >= 2, 60, what="two logged failures")
-    assert thread.is_alive() and all("retry" in line for line in lines)
+    wait_for(lambda: len(_lines(caplog)) >= 2, 60, what="two logged failures")
+    assert thread.is_alive() and all("retry" in line for line in _lines(caplog))
     stop.set()
     thread.join(10)
     assert not thread.is_alive()
@@ -275,16 +281,16 @@ def test_fallback_to_standard_after_k_preemptions(clean_cluster):
 
 
 @pytest.mark.cluster
-def test_gone_job_is_logged_not_raised(clean_cluster):
+def test_gone_job_is_logged_not_raised(clean_cluster, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
     cl = clean_cluster
     job_id = _submit(cl, _script(cl, "plain.sh", PLAIN_SCRIPT), OPTED)
     job = cl.wait_state(job_id, "RUNNING")
     cl.slurm.cancel(job_id)
     wait_for(lambda: cl.job(job_id) is None or cl.job(job_id).state not in ("RUNNING", "COMPLETING"), 20)
-    lines: list[str] = []
-    ctx = actions.Context(Slurm(), SentState(), None, log=lines.append)
+    ctx = actions.Context(Slurm(), SentState(), None)
     assert actions.tell(ctx, job, NodeEvent(job.nodes[0], NOW, REASON, "slurm", 20.0))
-    assert any("ended before" in line for line in lines)
+    assert any("ended before" in line for line in _lines(caplog))
 
 
 @pytest.mark.cluster
@@ -308,18 +314,19 @@ def test_sidecar_alone_gets_a_job_through_a_drain(clean_cluster):
     assert saved["told"][f"{job_id}|{node}"]["signal"]
 
 
-def test_broken_state_folder_is_logged_not_raised(tmp_path):
+def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the state folder should be")
-    lines: list[str] = []
     sent = SentState(path=blocked / "watcher" / "sent.json")
-    watcher = Watcher(Slurm(), Settings(), sent, blocked, log=lines.append)
+    watcher = Watcher(Slurm(), Settings(), sent, blocked)
     job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
     event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
     assert not actions.tell(watcher.ctx, job, event)  # retried on the next poll
     watcher.ctx.dirty = True
     watcher._save()
     watcher._save()
+    lines = _lines(caplog)
     assert any("cannot write the notice" in line for line in lines)
     assert sum("cannot save the watcher state" in line for line in lines) == 1
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,9 +18,9 @@ from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import notice_path, read_notice, to_text
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.watch.sentstate import SentState
-from slurm_preempt.watch.settings import refuse_preemptible_host
+from slurm_preempt.watch.settings import DEFAULTS, Settings, merged, refuse_preemptible_host, settings_from
 from slurm_preempt.watch.sources import AwsSpotSource
-from slurm_preempt.watch.watcher import Settings, Watcher
+from slurm_preempt.watch.watcher import Watcher
 from test_watcher import OPTED, RECORD_SCRIPT, _drain, _kinds, _records, _script, _submit
 
 TOKEN = "sk-very-secret-0123456789"
@@ -125,7 +127,7 @@ def test_enforcement_requeues_a_job_still_running_at_the_deadline(clean_cluster)
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--constraint=preemptible")
     node = cl.wait_state(job_id, "RUNNING").nodes[0]
     settings = Settings(grace=4, enforce=True, enforce_margin=2, fast_restart=False, fallback=False)
-    watcher = Watcher(Slurm(), settings, SentState(), cl.spec.state_dir, log=print)
+    watcher = Watcher(Slurm(), settings, SentState(), cl.spec.state_dir)
     _drain(cl, [node])
     assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
     # The job traps the signal but stays: at deadline - margin the watcher requeues it.
@@ -156,3 +158,36 @@ def test_sidecar_hears_aws_spot_notice_from_metadata(clean_cluster):
     wait_for(lambda: any(r.startswith("usr1") for r in _records(cl, job_id)), 20, what="the handler")
     cl.slurm.cancel(job_id)
     wait_for(lambda: watcher.poll_once().job_ended, 20, what="the sidecar to see its job end")
+
+
+def _documented_defaults() -> dict[str, str]:
+    """The ``[watch]`` table of docs/watcher.md: key -> the default as written."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "watcher.md").read_text()
+    table = text.split("## Configuration: `[watch]` section", 1)[1].split("\n\n", 2)[1]
+    found = {}
+    for row in table.splitlines()[2:]:
+        keys, default = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        found.update({key: default for key in re.findall(r"`(\w+)`", keys)})
+    return found
+
+
+def _as_written(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return f"`{json.dumps(value)}`"
+    return f"`{value}`" if value else ""
+
+
+def test_the_docs_give_every_key_with_its_one_default():
+    documented = _documented_defaults()
+    assert set(documented) == set(DEFAULTS)
+    for key in ("aws_metadata_url", "gcp_metadata_url"):  # one row for both: "the link-local addresses"
+        documented[key] = _as_written(DEFAULTS[key])
+    assert documented == {key: _as_written(value) for key, value in DEFAULTS.items()}
+    assert Settings() == settings_from(merged({}, {}))  # the dataclass takes its defaults from DEFAULTS
+    help_text = " ".join(_run(["--help"]).output.split())
+    for key in ("grace", "interval"):
+        assert f"[config: {DEFAULTS[key]:g}]" in help_text

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.rehearsal import versions
@@ -60,7 +61,7 @@ def group():
     show_default=True,
     help="Slurm release: the host's packages, or one from a Debian root built once (debootstrap).",
 )
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but warnings and errors.")
 @json_option
 def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting, slurm, quiet, as_json):
     """Start the cluster (safe to run twice) and wait until every node is idle.
@@ -84,8 +85,9 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
         accounting=accounting,
         slurm=slurm,
     )
-    say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(f"testcluster: {m}"))
-    state = tc.up(spec, timeout=timeout, progress=say)
+    if quiet or as_json:
+        _logging.quiet()
+    state = tc.up(spec, timeout=timeout)
     if as_json:
         echo_json(tc.status(spec.directory))
     elif not quiet:
@@ -95,7 +97,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
 
 @group.command()
 @dir_option
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but warnings and errors.")
 def down(directory, quiet):
     """Stop every process the cluster started, and the jobs still on its nodes.
 
@@ -103,8 +105,9 @@ def down(directory, quiet):
     Example:
       slurm-preempt testcluster down --dir /tmp/mycluster
     """
-    say = (lambda _m: None) if quiet else (lambda m: click.echo(f"testcluster: {m}"))
-    tc.down(directory.absolute(), progress=say)
+    if quiet:
+        _logging.quiet()
+    tc.down(directory.absolute())
 
 
 @group.command()

@@ -20,14 +20,14 @@ faster than the fsynced disk. It detects damage, not tampering. Import-light: st
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import shutil
 import socket
-import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +44,11 @@ from slurm_preempt.job.snapshot import (
     snapshot_of_paths,
 )
 
+log = logging.getLogger(__name__)
+
 PREFIX = "step-"
 FORMAT_VERSION = 1
+DEFAULT_KEEP = 3
 
 
 def step_name(step: int) -> str:
@@ -71,9 +74,6 @@ class Checkpoint:
     @property
     def nbytes(self) -> int:
         return sum(f["bytes"] for f in self.manifest["files"].values())
-
-    def file(self, name: str) -> Path:
-        return self.path / name
 
     def verify(self) -> str | None:
         """None when every file has its recorded size and checksum, else what is wrong."""
@@ -118,14 +118,20 @@ class Checkpoint:
 
 
 class CheckpointStore:
-    """Atomic checkpoints in one folder; keeps the last ``keep``; background saves optional."""
+    """Atomic checkpoints in one folder; keeps the last ``keep``; background saves optional.
 
-    def __init__(self, directory: Path | str, keep: int = 3, warn=None):
+    ``warn`` receives each warning (a damaged checkpoint skipped, an older step saved); by default it
+    is logged (``slurm_preempt.job.checkpoint``, level WARNING).
+    """
+
+    def __init__(
+        self, directory: Path | str, keep: int = DEFAULT_KEEP, warn: Callable[[str], None] | None = None
+    ):
         if keep < 1:
             raise CheckpointError(f"keep must be at least 1, not {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self._warn = warn if warn is not None else _stderr
+        self._warn = warn if warn is not None else log.warning
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last: Checkpoint | None = None
@@ -354,7 +360,3 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _stderr(message: str) -> None:
-    print(f"slurm-preempt: warning: {message}", file=sys.stderr, flush=True)

@@ -1,4 +1,4 @@
-"""What a job learns from its environment, the ledger it writes to, and its ``[resume]`` settings.
+"""What a job learns from its environment, and the ledger it writes to.
 
 Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
 id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
@@ -11,15 +11,27 @@ Import-light: standard library only.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slurm_preempt import ledger
 from slurm_preempt.config import ENV_STATE_DIR
+from slurm_preempt.notice import ENV_NOTICE, Notice, notice_path, read_notice
+
+log = logging.getLogger(__name__)
+
+# Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
+ENV_CHECKPOINT_DIR = "SLURM_PREEMPT_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
+# Exported by scripts from `slurm-preempt sbatch`: the file that says "the command finished its work".
+# A notice can land between a program's last step and its exit; the script then must not requeue a job
+# that is done, and only the program knows that it is.
+ENV_DONE_FILE = "SLURM_PREEMPT_DONE_FILE"
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
@@ -73,16 +85,15 @@ class JobEnv:
     state_dir: Path | None = None
     notice_file: Path | None = None
     start_time: datetime | None = None
+    done_file: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
         env = os.environ if environ is None else environ
         job_id = env.get("SLURM_JOB_ID", "").strip()
         state_dir = state_dir_of(env)
-        notice = env.get("SLURM_PREEMPT_NOTICE")
+        notice = env.get(ENV_NOTICE)
         if not notice and state_dir is not None and job_id:
-            from slurm_preempt.notice import notice_path
-
             notice = str(notice_path(state_dir, job_id))
         return cls(
             job_id=job_id,
@@ -97,6 +108,7 @@ class JobEnv:
             state_dir=state_dir,
             notice_file=Path(notice) if notice else None,
             start_time=job_start_time(),
+            done_file=Path(env[ENV_DONE_FILE]) if env.get(ENV_DONE_FILE) else None,
         )
 
 
@@ -113,34 +125,22 @@ def requeue_id(env: JobEnv) -> str:
 def state_dir_of(env: Mapping[str, str]) -> Path | None:
     if env.get(ENV_STATE_DIR):
         return Path(env[ENV_STATE_DIR])
-    try:
-        from slurm_preempt import config
+    from slurm_preempt import config
 
+    try:
         return config.load(environ=env).state_dir(env)
-    except Exception:  # a broken config must not stop a job from running
+    except Exception:  # a broken config must not stop a job from running (settings.load says why)
+        log.debug("no state folder from the configuration", exc_info=True)
         return None
-
-
-def resume_settings() -> dict:
-    """The ``[resume]`` section of the config (empty when there is none or it cannot be read)."""
-    try:
-        from slurm_preempt import config
-
-        return dict(config.load().section("resume"))
-    except Exception as exc:
-        print(f"slurm-preempt: warning: ignoring the configuration: {exc}", file=sys.stderr)
-        return {}
 
 
 STALE_SLACK = 2.0  # seconds: Slurm records drain times to the second
 
 
-def fresh_notice(env: JobEnv, handled: set[str]):
+def fresh_notice(env: JobEnv, handled: set[str]) -> Notice | None:
     """The notice for this attempt, or None. The file outlives the attempt it was written for, so a
     notice is stale when an earlier attempt acted on its event (id in ``handled``) or when its drain
     happened before this attempt started (Slurm starts no job on a draining node)."""
-    from slurm_preempt.notice import read_notice
-
     found = read_notice(env.notice_file) if env.notice_file else None
     if found is None or found.event_id in handled:
         return None
@@ -154,32 +154,23 @@ class LedgerWriter:
 
     def __init__(self, state_dir: Path | None, job_id: str):
         self.state_dir, self.job_id = state_dir, job_id
-        self.enabled = bool(state_dir and job_id)
         self._warned = False
 
     def record(self, kind: str, **fields) -> Path | None:
-        if not self.enabled:
+        if self.state_dir is None or not self.job_id:
             return None
-        from slurm_preempt import ledger
-
         try:
             return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
         except (OSError, ValueError) as exc:
             if not self._warned:
                 self._warned = True
-                print(
-                    f"slurm-preempt: warning: cannot write the ledger in {self.state_dir} ({exc}); "
-                    "carrying on without it",
-                    file=sys.stderr,
-                )
+                log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
             return None
 
     def handled_events(self) -> set[str]:
         """Notice event ids an earlier attempt already acted on (it requeued for them)."""
-        if not self.enabled:
+        if self.state_dir is None or not self.job_id:
             return set()
-        from slurm_preempt import ledger
-
         try:
             events = ledger.events(self.state_dir, self.job_id)
         except (OSError, ValueError):

@@ -11,17 +11,15 @@ lines it needs, and which environment makes the host's Slurm commands talk to it
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from slurm_preempt.errors import MissingDependencyError, UsageError
+from slurm_preempt.rehearsal.procs import which
 
 SYSTEM = "system"
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -86,10 +84,6 @@ class Runtime(Protocol):
 # Binaries of the host's packages and the Debian package that brings each (Debian 13 names them
 # slurmd-wlm etc. behind alternatives, which still answer to these names).
 SYSTEM_REQUIRED = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sinfo": "slurm-client"}
-
-
-def which(binary: str) -> str | None:
-    return shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
 
 
 @dataclass

@@ -7,34 +7,38 @@ Only Slurm acts on jobs (``scancel --signal``, ``scontrol update/requeue``): no 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from slurm_preempt import ledger, optin
+from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import JobGoneError, SlurmError
-from slurm_preempt.notice import Notice, notice_path, to_text, utcnow, write_notice
-from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.notice import Notice, deadline, notice_path, to_text, utcnow, write_notice
+from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 
-Log = Callable[[str], None]
-Emit = Callable[[dict], None]
+log = logging.getLogger(__name__)
+
+Emit = Callable[[dict[str, Any]], None]
+Clock = Callable[[], datetime]
 
 
 @dataclass
 class Context:
     """Everything an action needs. ``state_dir`` None: no notice files and no ledger (signals only)."""
 
-    slurm: Slurm
+    slurm: WatcherSlurm
     sent: SentState
     state_dir: Path | None
-    log: Log = lambda _m: None
     emit: Emit = lambda _e: None
     save: Callable[[], None] = lambda: None  # persists the sent-state when dirty
+    clock: Clock = utcnow  # the watcher's clock (tests inject one)
     dirty: bool = False  # sent-state changed since the last save
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -43,13 +47,13 @@ class Context:
         folder is logged, not raised). Saving first: a watcher killed here must not redo the action."""
         self.save()
         self.counts[kind] = self.counts.get(kind, 0) + 1
-        self.emit({"event": kind, "job_id": job_id, "time": to_text(utcnow()), **fields})
+        self.emit({"event": kind, "job_id": job_id, "time": to_text(self.clock()), **fields})
         if self.state_dir is None:
             return
         try:
             ledger.record(self.state_dir, job_id, kind, source="watcher", **fields)
         except (OSError, ValueError) as exc:
-            self.log(f"cannot write the ledger of job {job_id} under {self.state_dir}: {exc}")
+            log.warning("cannot write the ledger of job %s under %s: %s", job_id, self.state_dir, exc)
 
 
 # ---------------------------------------------------------------------------------------- tell
@@ -95,17 +99,15 @@ def tell_many(ctx: Context, pairs: list[tuple[Job, NodeEvent]]) -> set[str]:
     for plan in plans:
         if not _record_notice(ctx, plan):
             retry.add(plan.job.job_id)
-    groups = [
-        _chunk([p for p in plans if p.signal == sig]) for sig in sorted({p.signal for p in plans if p.signal})
-    ]
-    chunks = [chunk for group in groups for chunk in group]
+    signals = sorted({p.signal for p in plans if p.signal})
+    chunks = [(sig, c) for sig in signals for c in _chunk([p for p in plans if p.signal == sig])]
     if len(chunks) > 1:
         # scancel signals its jobs one RPC after another: a few of them side by side go faster.
         with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
-            list(pool.map(lambda c: _signal_group(Slurm(ctx.slurm.timeout, ctx.slurm.env), c), chunks))
+            list(pool.map(lambda chunk: _signal_group(ctx.slurm, *chunk), chunks))
     elif chunks:
-        _signal_group(ctx.slurm, chunks[0])
-    for chunk in chunks:
+        _signal_group(ctx.slurm, *chunks[0])
+    for _sig, chunk in chunks:
         retry.update(p.job.job_id for p in chunk if not _record_signal(ctx, p))
     return retry
 
@@ -118,7 +120,7 @@ def _chunk(plans: list[_Delivery], parts: int = 4, least: int = 8) -> list[list[
 def _plan(ctx: Context, job: Job, event: NodeEvent) -> _Delivery:
     wish = optin.parse(job.comment)
     notice = Notice.for_drain(
-        job.job_id, event.node, event.reason, event.source, event.drain_time, event.grace
+        job.job_id, event.node, event.reason, event.source, event.drain_time, event.grace, ctx.clock()
     )
     write = not _already(ctx, job.job_id, notice, "notice")
     signal = wish.signal if wish.signal and not _already(ctx, job.job_id, notice, "signal") else None
@@ -138,7 +140,7 @@ def _already(ctx: Context, job_id: str, notice: Notice, what: str) -> bool:
         return False
     kind = f"{what}_sent"
     if any(e.get("kind") == kind and e.get("event_id") == notice.event_id for e in found):
-        ctx.sent.mark(job_id, notice.node, what, utcnow(), notice.event_id)
+        ctx.sent.mark(job_id, notice.node, what, ctx.clock(), notice.event_id)
         ctx.dirty = True
         return True
     return False
@@ -148,17 +150,16 @@ def _write(state_dir: Path | None, plan: _Delivery) -> None:
     """Runs in a worker thread: file I/O only."""
     if not plan.write or state_dir is None:
         return
-    path = notice_path(state_dir, plan.job.job_id)
     try:
+        path = notice_path(state_dir, plan.job.job_id)
         write_notice(path, plan.notice)
         plan.wrote = str(path)
-    except OSError as exc:
-        plan.failure = f"cannot write the notice of job {plan.job.job_id} to {path}: {exc}"
+    except (OSError, ValueError) as exc:
+        plan.failure = f"cannot write the notice of job {plan.job.job_id}: {exc}"
 
 
-def _signal_group(slurm: Slurm, group: list[_Delivery]) -> None:
-    """Runs in a worker thread (its own Slurm): one scancel for jobs that all want the same signal."""
-    signal = group[0].signal
+def _signal_group(slurm: WatcherSlurm, signal: str, group: list[_Delivery]) -> None:
+    """Runs in a worker thread: one scancel for jobs that all want the same signal."""
     try:
         # By display id (A_T for array tasks): on 22.05 one task carries the array's own id, and
         # signalling that id would signal every task of the array.
@@ -184,12 +185,12 @@ def _record_notice(ctx: Context, d: _Delivery) -> bool:
     if not d.write:
         return True
     if d.failure:
-        ctx.log(d.failure)
+        log.warning("%s (will retry)", d.failure)
         return False
     job_id, notice = d.job.job_id, d.notice
-    ctx.sent.mark(job_id, notice.node, "notice", utcnow(), notice.event_id)
+    ctx.sent.mark(job_id, notice.node, "notice", ctx.clock(), notice.event_id)
     ctx.dirty = True
-    ctx.log(f"job {job_id}: notice for {notice.event_id}, deadline {to_text(notice.deadline)}")
+    log.info("job %s: notice for %s, deadline %s", job_id, notice.event_id, to_text(notice.deadline))
     fields = {"node": notice.node, "event_id": notice.event_id, "deadline": to_text(notice.deadline)}
     if d.wrote:
         fields["path"] = d.wrote
@@ -200,14 +201,14 @@ def _record_notice(ctx: Context, d: _Delivery) -> bool:
 def _record_signal(ctx: Context, d: _Delivery) -> bool:
     job_id, notice = d.job.job_id, d.notice
     if d.signal_error:
-        ctx.log(f"job {job_id}: signal {d.signal} failed, will retry: {d.signal_error}")
+        log.warning("job %s: signal %s failed, will retry: %s", job_id, d.signal, d.signal_error)
         return False
-    ctx.sent.mark(job_id, notice.node, "signal", utcnow(), notice.event_id)
+    ctx.sent.mark(job_id, notice.node, "signal", ctx.clock(), notice.event_id)
     ctx.dirty = True
     if d.signalled == "gone":
-        ctx.log(f"job {job_id} ended before it could be signalled")
+        log.info("job %s ended before it could be signalled", job_id)
         return True
-    ctx.log(f"job {job_id}: sent SIG{d.signal} to its batch shell")
+    log.info("job %s: sent SIG%s to its batch shell", job_id, d.signal)
     ctx.did("signal_sent", job_id, signal=d.signal, node=notice.node, event_id=notice.event_id)
     return True
 
@@ -216,8 +217,9 @@ def _record_signal(ctx: Context, d: _Delivery) -> bool:
 
 
 def enforce_due(event: NodeEvent, margin: float, now: datetime) -> bool:
-    deadline = event.drain_time + timedelta(seconds=event.grace)
-    return not event.enforced and now >= deadline - timedelta(seconds=margin)
+    """Not enforced yet, and ``margin`` seconds or less before the event's deadline."""
+    moment = deadline(event.drain_time, event.grace) - timedelta(seconds=margin)
+    return not event.enforced and now >= moment
 
 
 def enforce(ctx: Context, job: Job, event: NodeEvent) -> None:
@@ -229,9 +231,9 @@ def enforce(ctx: Context, job: Job, event: NodeEvent) -> None:
     except JobGoneError:
         return
     except SlurmError as exc:
-        ctx.log(f"job {job.job_id}: enforced requeue failed: {exc}")
+        log.warning("job %s: enforced requeue failed: %s", job.job_id, exc)
         return
-    ctx.log(f"job {job.job_id}: still running at deadline - margin on {event.node}: requeued")
+    log.info("job %s: still running at deadline - margin on %s: requeued", job.job_id, event.node)
     ctx.did("enforced_requeue", job.job_id, node=event.node)
 
 
@@ -242,7 +244,8 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     """For one pending job: fall back to standard nodes when its policy says so, then skip Slurm's
     ~121 s BeginTime wait after a requeue."""
     wish = optin.parse(job.comment)
-    if not wish.opted_in or not job.pending:
+    # A pending array not yet split into tasks (A_2-5%1) names no single job: nothing to do to it.
+    if not wish.opted_in or not job.pending or not ids.is_job_name(job.display_id):
         return
     if fallback:
         _fallback(ctx, job, wish, now)
@@ -282,11 +285,11 @@ def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
         # The scontrol keyword for a job's constraint is Features.
         ctx.slurm.update_job(job.display_id, features=wish.fallback_to)
     except SlurmError as exc:
-        ctx.log(f"job {job.job_id}: fallback to {wish.fallback_to} failed, will retry: {exc}")
+        log.warning("job %s: fallback to %s failed, will retry: %s", job.job_id, wish.fallback_to, exc)
         return
     ctx.sent.restarts.setdefault(job.job_id, {})["fallback"] = wish.fallback_to
     ctx.dirty = True
-    ctx.log(f"job {job.job_id}: constraint {job.features or '(none)'} -> {wish.fallback_to}: {why}")
+    log.info("job %s: constraint %s -> %s: %s", job.job_id, job.features or "(none)", wish.fallback_to, why)
     ctx.did("fallback", job.job_id, why=why, before=job.features, after=wish.fallback_to)
 
 
@@ -296,12 +299,12 @@ def _fast_restart(ctx: Context, job: Job) -> None:
     try:
         ctx.slurm.update_job(job.display_id, starttime="now")  # A_T: never the whole array
     except SlurmError as exc:
-        ctx.log(f"job {job.job_id}: fast restart failed, will retry: {exc}")
+        log.warning("job %s: fast restart failed, will retry: %s", job.job_id, exc)
         return
     record = ctx.sent.restarts.setdefault(job.job_id, {})
     if record.get("fast_restart") == job.restart_count:
         return
     record["fast_restart"] = job.restart_count
     ctx.dirty = True
-    ctx.log(f"job {job.job_id}: requeued (restart {job.restart_count}): start time set to now")
+    log.info("job %s: requeued (restart %d): start time set to now", job.job_id, job.restart_count)
     ctx.did("fast_restart", job.job_id, restart_count=job.restart_count)

@@ -17,10 +17,14 @@ ledger (``launch_held`` events, which ``history`` shows).
 
 from __future__ import annotations
 
+import logging
+
 from slurm_preempt import ledger, optin
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch.actions import Context
+
+log = logging.getLogger(__name__)
 
 LAUNCH_FAILED = "launch failed requeued held"
 # 23.02+ prints the state description; 22.05 the reason's own name.
@@ -62,9 +66,12 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
     )
     shown = job.display_id
     if _released_before(ctx, job.job_id):
-        ctx.log(
-            f"warning: job {shown}: {why}, again; it was released once already, so it stays held: "
-            f"`scontrol release {shown}` once the cause is fixed"
+        log.warning(
+            "job %s: %s, again; it was released once already, so it stays held: "
+            "`scontrol release %s` once the cause is fixed",
+            shown,
+            why,
+            shown,
         )
         ctx.did("launch_held", job.job_id, limit=limit, released=False, restart_count=job.restart_count)
         return True
@@ -75,9 +82,9 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
         _start_now(ctx, job)
     if error is None:
         where = f"moved to {moved} and " if moved else ""
-        ctx.log(f"warning: job {shown}: {why}; {where}released")
+        log.warning("job %s: %s; %sreleased", shown, why, where)
     else:
-        ctx.log(f"warning: job {shown}: {why}; could not release it ({error}): an operator must")
+        log.warning("job %s: %s; could not release it (%s): an operator must", shown, why, error)
     ctx.did(
         "launch_held",
         job.job_id,
@@ -106,7 +113,7 @@ def _move(ctx: Context, job: Job, wish: optin.OptIn) -> str | None:
     try:
         ctx.slurm.update_job(job.display_id, features=wish.fallback_to)
     except SlurmError as exc:
-        ctx.log(f"job {job.display_id}: fallback to {wish.fallback_to} failed: {exc}")
+        log.warning("job %s: fallback to %s failed: %s", job.display_id, wish.fallback_to, exc)
         return None
     return wish.fallback_to
 
@@ -115,7 +122,7 @@ def _start_now(ctx: Context, job: Job) -> None:
     try:
         ctx.slurm.update_job(job.display_id, starttime="now")
     except SlurmError as exc:
-        ctx.log(f"job {job.display_id}: start time not set, will retry: {exc}")
+        log.warning("job %s: start time not set, will retry: %s", job.display_id, exc)
 
 
 def _release(ctx: Context, job_id: str) -> str | None:

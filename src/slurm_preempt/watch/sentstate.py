@@ -1,6 +1,6 @@
 """What the watcher has already done, kept on disk so a restarted watcher neither repeats nor forgets.
 
-One small JSON file, replaced atomically after every change (temp file, fsync, rename)::
+One small JSON file, replaced atomically after every change (``durable.write_atomic``)::
 
     {"version": 1,
      "events": {"pre1": {"drain_time": "...Z", "reason": "...", "source": "slurm", "grace": 300,
@@ -17,13 +17,12 @@ only then is the node forgotten, so a later drain of it is a new event.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.durable import write_atomic
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS, from_text, to_text
 
 VERSION = 1
 
@@ -57,7 +56,7 @@ class NodeEvent:
             drain_time=from_text(data["drain_time"]),
             reason=str(data.get("reason", "")),
             source=str(data.get("source", "slurm")),
-            grace=float(data.get("grace", 300.0)),
+            grace=float(data.get("grace", DEFAULT_GRACE_SECONDS)),
             handled=bool(data.get("handled", False)),
             enforced=bool(data.get("enforced", False)),
         )
@@ -112,16 +111,7 @@ class SentState:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".sent-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(self.to_json(), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, json.dumps(self.to_json()), 0o600)
 
 
 def load(path: Path | None) -> SentState:
@@ -130,9 +120,20 @@ def load(path: Path | None) -> SentState:
     if path is None or not path.exists():
         return state
     data = json.loads(path.read_text())
-    if not isinstance(data, dict):
+    # Any other shape (a list, "events": 3, an entry that is a string) is a corrupt file: ValueError,
+    # which the watcher answers by moving it aside, never by failing to start on every restart.
+    shape_ok = isinstance(data, dict) and all(
+        isinstance(data.get(key, {}), dict) and all(isinstance(v, dict) for v in data.get(key, {}).values())
+        for key in ("events", "told", "restarts")
+    )
+    if not shape_ok:
         raise ValueError(f"{path} does not hold a watcher state")
-    state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+    try:
+        state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+        for event in state.events.values():
+            to_text(event.drain_time)  # a time that cannot be made UTC (year 10000) fails here, not later
+    except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"{path}: an event is not a watcher event ({exc})") from None
     state.told = {k: dict(v) for k, v in data.get("told", {}).items()}
     state.restarts = {k: dict(v) for k, v in data.get("restarts", {}).items()}
     return state

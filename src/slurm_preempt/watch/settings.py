@@ -1,4 +1,5 @@
-"""Building a watcher from the ``[watch]`` config section and command-line overrides.
+"""The watcher's settings: the ``[watch]`` config section, its defaults, and building a watcher from it
+and command-line overrides.
 
 Everything is checked here, at start: a bad key, a bad regex, a missing token or a URL that is not
 http(s) fails with one clear line before the first poll, never later in the loop.
@@ -6,16 +7,20 @@ http(s) fails with one clear line before the first poll, never later in the loop
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurm_preempt import config as configmod
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
+from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
 from slurm_preempt.watch.sources import (
     AWS_BASE,
@@ -25,16 +30,18 @@ from slurm_preempt.watch.sources import (
     DrainRules,
     GcpPreemptedSource,
     NodeMap,
+    Source,
     TogetherSource,
     read_token,
 )
-from slurm_preempt.watch.watcher import Log, Settings, Watcher, load_sent, state_path
+from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
 
 KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
+# Every key of the [watch] section with its default: the one place a default is written.
 DEFAULTS: dict[str, Any] = {
     "interval": 5.0,
     "sidecar_interval": 5.0,  # a modest rate: every job of a user runs one
-    "grace": 300.0,
+    "grace": DEFAULT_GRACE_SECONDS,
     "feature": "preemptible",
     "reasons": [r"^TogetherPreemptionNotified"],
     "exclude_reasons": [],
@@ -56,6 +63,35 @@ DEFAULTS: dict[str, Any] = {
     "gcp_metadata_url": GCP_BASE,
     "metadata_timeout": 2.0,
 }
+
+
+def _default_rules() -> DrainRules:
+    return DrainRules.from_strings(DEFAULTS["feature"], DEFAULTS["reasons"], DEFAULTS["exclude_reasons"])
+
+
+@dataclass
+class Settings:
+    """What a watcher does, checked; the defaults are those of ``DEFAULTS``."""
+
+    grace: float = DEFAULTS["grace"]
+    interval: float = DEFAULTS["interval"]
+    rules: DrainRules = field(default_factory=_default_rules)
+    enforce: bool = DEFAULTS["enforce"]
+    enforce_margin: float = DEFAULTS["enforce_margin"]
+    fast_restart: bool = DEFAULTS["fast_restart"]
+    fallback: bool = DEFAULTS["fallback"]
+    max_backoff: float = DEFAULTS["max_backoff"]
+
+    def validate(self) -> None:
+        numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
+                   "max_backoff": self.max_backoff}  # fmt: skip
+        bad = [key for key, value in numbers.items() if not math.isfinite(value)]
+        if bad:  # nan polled in a busy loop, inf crashed the loop's wait
+            raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
+        if self.grace < 0 or self.enforce_margin < 0:
+            raise UsageError("grace and enforce margin must be >= 0 seconds")
+        if self.interval <= 0:
+            raise UsageError("the poll interval must be > 0 seconds")
 
 
 def merged(section: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,13 +127,13 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
     return settings
 
 
-def sources_from(values: Mapping[str, Any], local_node: str | None = None) -> list:
+def sources_from(values: Mapping[str, Any], local_node: str | None = None) -> list[Source]:
     """The extra sources (``slurm`` is always read). Metadata sources need ``local_node`` (sidecar)."""
     wanted = values["sources"]
     bad = [s for s in wanted if s not in KNOWN_SOURCES]
     if bad:
         raise ConfigError(f"[watch] sources: unknown {', '.join(bad)}; known: {', '.join(KNOWN_SOURCES)}")
-    found: list = []
+    found: list[Source] = []
     if "together" in wanted:
         found.append(_together(values))
     for name in ("aws", "gcp"):
@@ -106,8 +142,11 @@ def sources_from(values: Mapping[str, Any], local_node: str | None = None) -> li
         if local_node is None:
             raise ConfigError(f"[watch] source {name} reads this machine's metadata: use it with --sidecar")
         url = _http_url(values[f"{name}_metadata_url"], f"{name}_metadata_url")
-        cls = AwsSpotSource if name == "aws" else GcpPreemptedSource
-        found.append(cls(node=local_node, base_url=url, timeout=float(values["metadata_timeout"])))
+        timeout = float(values["metadata_timeout"])
+        if name == "aws":
+            found.append(AwsSpotSource(node=local_node, base_url=url, timeout=timeout))
+        else:
+            found.append(GcpPreemptedSource(node=local_node, base_url=url, timeout=timeout))
     return found
 
 
@@ -132,7 +171,7 @@ def _http_url(url: str, key: str) -> str:
     return url
 
 
-def refuse_preemptible_host(slurm: Slurm, feature: str | None, hostname: str | None = None) -> None:
+def refuse_preemptible_host(slurm: WatcherSlurm, feature: str | None, hostname: str | None = None) -> None:
     """The daemon must outlive the nodes it watches: refuse to run on a node with the feature."""
     if not feature:
         return
@@ -160,7 +199,6 @@ def build(
     config_file: Path | None = None,
     state_dir: Path | None = None,
     allow_preemptible_host: bool = False,
-    log: Log = lambda _m: None,
     emit: Emit = lambda _e: None,
 ) -> Watcher:
     """A ready watcher: config searched (or ``config_file``), every setting checked, state loaded."""
@@ -183,6 +221,5 @@ def build(
         refuse_preemptible_host(slurm, settings.rules.feature)
     sources = sources_from(values, local_node)
     folder = state_dir_from(conf.state_dir(), state_dir)
-    sent = load_sent(state_path(folder, job_id), log)
-    watcher = Watcher(slurm, settings, sent, folder, sources, log=log, emit=emit, job_id=job_id)
-    return watcher
+    sent = load_sent(state_path(folder, job_id))
+    return Watcher(slurm, settings, sent, folder, sources, emit=emit, job_id=job_id)

@@ -20,45 +20,35 @@ only its own job and ends when the job stops running.
 
 from __future__ import annotations
 
-import re
+import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from slurm_preempt.errors import SlurmError, UsageError
-from slurm_preempt.notice import to_text, utcnow
-from slurm_preempt.slurm.commands import Slurm
-from slurm_preempt.slurm.parse import Job
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.notice import deadline, to_text, utcnow
+from slurm_preempt.slurm.interface import WatcherSlurm
+from slurm_preempt.slurm.parse import Job, Node
 from slurm_preempt.watch import launchhold, sentstate
-from slurm_preempt.watch.actions import Context, Emit, Log, enforce, enforce_due, restart, tell_many
+from slurm_preempt.watch.actions import Clock, Context, Emit, enforce, enforce_due, restart, tell_many
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
-from slurm_preempt.watch.sources import Drain, DrainRules, SourceError, slurm_drains
+from slurm_preempt.watch.sources import Drain, Source, SourceError, slurm_drains
+
+if TYPE_CHECKING:
+    from slurm_preempt.watch.settings import Settings
+
+log = logging.getLogger(__name__)
 
 NODE_STATES = "drain,down"  # sinfo -t: DRAIN covers DRAINING and DRAINED
+RUNNING_STATES = "running,configuring"  # squeue -t: the jobs still on a node
 ALIVE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"}
-
-
-@dataclass
-class Settings:
-    grace: float = 300.0
-    interval: float = 5.0
-    rules: DrainRules = field(
-        default_factory=lambda: DrainRules(include=(re.compile(r"^TogetherPreemptionNotified"),))
-    )
-    enforce: bool = False
-    enforce_margin: float = 30.0
-    fast_restart: bool = True
-    fallback: bool = True
-    max_backoff: float = 60.0
-
-    def validate(self) -> None:
-        if self.grace < 0 or self.enforce_margin < 0:
-            raise UsageError("grace and enforce margin must be >= 0 seconds")
-        if self.interval <= 0:
-            raise UsageError("the poll interval must be > 0 seconds")
+# A provider event is kept this long past its deadline: the provider's clock and ours may differ a
+# little, and a node still listed as going away must not look like a new event.
+PROVIDER_EVENT_LINGER = timedelta(seconds=60)
 
 
 @dataclass
@@ -69,7 +59,7 @@ class PollResult:
     actions: dict[str, int] = field(default_factory=dict)
     job_ended: bool = False  # sidecar: its job stopped running
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "event": "poll",
             "queries": self.queries,
@@ -81,39 +71,44 @@ class PollResult:
 
 
 class Watcher:
+    """One watcher: its Slurm (anything with the calls of ``WatcherSlurm``), settings, saved state and
+    extra sources. ``clock`` gives the present moment (tests inject one; nothing here sleeps)."""
+
     def __init__(
         self,
-        slurm: Slurm,
+        slurm: WatcherSlurm,
         settings: Settings,
         sent: SentState,
         state_dir: Path | None,
-        sources: Sequence = (),
-        log: Log = lambda _m: None,
+        sources: Sequence[Source] = (),
         emit: Emit = lambda _e: None,
         job_id: str | None = None,
+        clock: Clock = utcnow,
     ):
         self.slurm = slurm
         self.settings = settings
         self.sent = sent
         self.sources = list(sources)
         self.job_id = job_id
-        self.log = log
-        self.ctx = Context(slurm, sent, state_dir, log, emit, save=self._save)
+        self.clock = clock
+        self.ctx = Context(slurm, sent, state_dir, emit, save=self._save, clock=clock)
+        self._queries = 0
         self._source_failures: dict[str, int] = {}
         self._last_answer: dict[str, list[Drain]] = {}
         self._save_failed = False
 
     # ------------------------------------------------------------------------------------ one round
 
-    def poll_once(self, now: datetime | None = None) -> PollResult:
+    def poll_once(self) -> PollResult:
         """One round. Raises SlurmError when the controller cannot be read (the loop backs off)."""
-        before_calls = self._query_count()
+        self._queries = 0
         self.ctx.counts = {}
         if self.sent.path is not None and not self.sent.path.exists():
             self.ctx.dirty = True  # write it once at start: shows the watcher runs and can save
-        result = self._poll_job() if self.job_id else self._poll_cluster(now or utcnow())
+        now = self.clock()
+        result = self._poll_job(self.job_id, now) if self.job_id else self._poll_cluster(now)
         self._save()
-        result.queries = self._query_count() - before_calls
+        result.queries = self._queries
         result.actions = dict(self.ctx.counts)
         result.draining = sorted(self.sent.events)
         return result
@@ -121,16 +116,16 @@ class Watcher:
     def _poll_cluster(self, now: datetime) -> PollResult:
         result = PollResult()
         # Only drained and down nodes: `sinfo -N` of all 10,000 nodes costs ~2.4 s of CPU, of these ~0.06 s.
-        nodes = self.slurm.nodes(states=NODE_STATES)
-        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace) + self._source_drains()
-        result.new_events = self._update_events(drains, scope=None)
+        nodes = self._nodes(states=NODE_STATES)
+        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace, now) + self._source_drains()
+        result.new_events = self._update_events(drains, None, now)
         due = [e for e in self.sent.events.values() if not e.handled]
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         if due or enforcing:
             names = sorted({e.node for e in due + enforcing})
-            self._act_on_nodes(self.slurm.jobs(nodes=names, states="running,configuring"), due, enforcing)
+            self._act_on_nodes(self._jobs(nodes=names, states=RUNNING_STATES), due, enforcing)
         if self.settings.fast_restart or self.settings.fallback:
-            pending = self.slurm.jobs(states=launchhold.PENDING_STATES)
+            pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
                 if not launchhold.handle(self.ctx, job, self.settings.fallback):
                     restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
@@ -138,23 +133,33 @@ class Watcher:
             self.sent.forget_jobs({j.job_id for j in pending})
         return result
 
-    def _poll_job(self) -> PollResult:
+    def _poll_job(self, job_id: str, now: datetime) -> PollResult:
         result = PollResult()
-        job = next((j for j in self.slurm.jobs(job_ids=[self.job_id]) if j.job_id == self.job_id), None)
+        job = next((j for j in self._jobs(job_ids=[job_id]) if j.job_id == job_id), None)
         if job is None or job.state not in ALIVE_STATES:
             result.job_ended = True
             return result
-        nodes = self.slurm.nodes(names=job.nodes) if job.nodes else []
-        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace) + self._source_drains()
-        result.new_events = self._update_events(drains, scope=set(job.nodes))
+        nodes = self._nodes(names=job.nodes) if job.nodes else []
+        drains = slurm_drains(nodes, self.settings.rules, self.settings.grace, now) + self._source_drains()
+        result.new_events = self._update_events(drains, set(job.nodes), now)
         due = [e for e in self.sent.events.values() if not e.handled]
-        enforcing = [e for e in self.sent.events.values() if self._enforcing(e, utcnow())]
+        enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         self._act_on_nodes([job], due, enforcing)
         return result
 
+    # ------------------------------------------------------------------------------------ queries
+
+    def _nodes(self, **query: Any) -> list[Node]:
+        self._queries += 1
+        return self.slurm.nodes(**query)
+
+    def _jobs(self, **query: Any) -> list[Job]:
+        self._queries += 1
+        return self.slurm.jobs(**query)
+
     # ------------------------------------------------------------------------------------ helpers
 
-    def _update_events(self, drains: list[Drain], scope: set[str] | None) -> list[str]:
+    def _update_events(self, drains: list[Drain], scope: set[str] | None, now: datetime) -> list[str]:
         """Start events for nodes newly going away; end those of nodes back in service. The first
         drain time seen is kept (a later DOWN overwrites Slurm's reason time)."""
         earliest: dict[str, Drain] = {}
@@ -163,8 +168,8 @@ class Watcher:
                 continue
             if drain.node not in earliest or drain.drain_time < earliest[drain.node].drain_time:
                 earliest[drain.node] = drain
-        for node in [n for n in self.sent.events if self._over(n, earliest)]:
-            self.log(f"node {node}: no longer draining or drained anew; its event is over")
+        for node in [n for n in self.sent.events if self._over(n, earliest, now)]:
+            log.info("node %s: no longer draining or drained anew; its event is over", node)
             self.sent.forget_node(node)
             self.ctx.dirty = True
         new = sorted(n for n in earliest if n not in self.sent.events)
@@ -172,12 +177,12 @@ class Watcher:
             d = earliest[node]
             self.sent.events[node] = NodeEvent(node, d.drain_time, d.reason, d.source, d.grace)
             self.ctx.dirty = True
-            self.log(f"node {node}: going away ({d.source}: {d.reason!r} at {to_text(d.drain_time)})")
+            log.info("node %s: going away (%s: %r at %s)", node, d.source, d.reason, to_text(d.drain_time))
             self.ctx.emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
                            "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip
         return new
 
-    def _over(self, node: str, current: dict[str, Drain]) -> bool:
+    def _over(self, node: str, current: dict[str, Drain], now: datetime) -> bool:
         """Slurm events end when Slurm stops reporting the drain; provider events end only once their
         deadline is past (an API that fails or forgets an event must not make it be told twice)."""
         if node in current:
@@ -185,7 +190,7 @@ class Watcher:
         known = self.sent.events[node]
         if known.source == "slurm":
             return True
-        return utcnow() > known.drain_time + timedelta(seconds=known.grace + 60)
+        return now > deadline(known.drain_time, known.grace) + PROVIDER_EVENT_LINGER
 
     def _redrained(self, drain: Drain) -> bool:
         """A drain time other than the one remembered, on a node not DOWN: the node was resumed and
@@ -222,7 +227,7 @@ class Watcher:
         self.ctx.dirty = True
 
     def _mark_told(self, job_id: str, event: NodeEvent, told_with: NodeEvent) -> None:
-        moment = utcnow()
+        moment = self.clock()
         told = f"{told_with.node}@{to_text(told_with.drain_time)}"
         for what in ("notice", "signal"):
             self.sent.mark(job_id, event.node, what, moment, told)
@@ -238,12 +243,9 @@ class Watcher:
                 count = self._source_failures.get(source.name, 0) + 1
                 self._source_failures[source.name] = count
                 if count == 1 or count % 60 == 0:  # log the first failure, then now and then
-                    self.log(f"source {source.name}: {exc} (failure {count}; carrying on)")
+                    log.warning("source %s: %s (failure %d; carrying on)", source.name, exc, count)
             found += self._last_answer.get(source.name, [])  # a failed read keeps the last good answer
         return found
-
-    def _query_count(self) -> int:
-        return sum(1 for argv in self.slurm.history if argv and argv[0] in ("sinfo", "squeue"))
 
     def _save(self) -> None:
         if not self.ctx.dirty:
@@ -254,12 +256,12 @@ class Watcher:
             self._save_failed = False
         except OSError as exc:
             if not self._save_failed:  # once per failure spell, not on every poll
-                self.log(f"cannot save the watcher state to {self.sent.path}: {exc} (kept in memory)")
+                log.warning("cannot save the watcher state to %s: %s (kept in memory)", self.sent.path, exc)
             self._save_failed = True
 
 
 def _deadline(event: NodeEvent) -> datetime:
-    return event.drain_time + timedelta(seconds=event.grace)
+    return deadline(event.drain_time, event.grace)
 
 
 # ---------------------------------------------------------------------------------------- loop
@@ -273,12 +275,13 @@ def run(
 ) -> int:
     """Poll every ``interval`` seconds until ``stop`` is set (or, for a sidecar, the job ends).
     A failing controller is retried with exponential back-off up to ``max_backoff``; never raises
-    except in ``once`` mode, where the SlurmError reaches the caller."""
+    except in ``once`` mode, where the error reaches the caller."""
     stop = stop or threading.Event()
     settings = watcher.settings
     failures = 0
     while True:
         began = time.monotonic()
+        result: PollResult | None = None
         try:
             result = watcher.poll_once()
             failures = 0
@@ -287,14 +290,13 @@ def run(
             if once:
                 raise
             failures += 1
-            watcher.log(f"Slurm did not answer ({exc}); retry {failures}")
-            result = None
+            log.warning("Slurm did not answer (%s); retry %d", exc, failures)
         except Exception as exc:  # a bug must not become a crash loop under systemd
             if once:
                 raise
             failures += 1
-            watcher.log(f"unexpected {type(exc).__name__}: {exc}; carrying on")
-            result = None
+            log.error("unexpected %s: %s; carrying on", type(exc).__name__, exc)
+            log.debug("traceback of the unexpected %s", type(exc).__name__, exc_info=True)
         if once or (result is not None and result.job_ended):
             return 0
         wait = (
@@ -310,13 +312,13 @@ def state_path(state_dir: Path, job_id: str | None) -> Path:
     return Path(state_dir) / "watcher" / name
 
 
-def load_sent(path: Path, log: Log) -> SentState:
+def load_sent(path: Path) -> SentState:
     """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher."""
     try:
         return sentstate.load(path)
     except (ValueError, KeyError, TypeError, OSError) as exc:
         aside = path.with_suffix(".corrupt")
-        log(f"watcher state {path} unreadable ({exc}); moved to {aside}, starting afresh")
+        log.warning("watcher state %s unreadable (%s); moved to %s, starting afresh", path, exc, aside)
         try:
             path.replace(aside)
         except OSError:

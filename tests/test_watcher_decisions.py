@@ -1,0 +1,494 @@
+"""The watcher's decisions against an in-memory Slurm (tests/fakeslurm.py), with injected time.
+
+What Slurm itself does is tested on the real cluster (test_watcher.py, test_watcher_cli.py); here every
+rule of who is told what, when and how often, runs in milliseconds and without sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from fakeslurm import T0, Clock, FakeSlurm
+from slurm_preempt import ledger
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.notice import Notice, notice_path, read_notice
+from slurm_preempt.watch.settings import Settings
+from slurm_preempt.watch.sources import Drain, SourceError
+from slurm_preempt.watch.watcher import Watcher, load_sent, run, state_path
+
+OPTED = "slurm-preempt:signal=USR1"
+REASON = "TogetherPreemptionNotified: reclaimed"
+GRACE = 300.0
+
+
+@dataclass
+class World:
+    clock: Clock
+    slurm: FakeSlurm
+    state_dir: Path
+
+    def watcher(self, job_id: str | None = None, sources=(), **settings) -> Watcher:
+        """A watcher whose state is loaded from disk: a second one is a restarted watcher."""
+        sent = load_sent(state_path(self.state_dir, job_id))
+        values = {"grace": GRACE, **settings}
+        return Watcher(
+            self.slurm, Settings(**values), sent, self.state_dir, sources, job_id=job_id, clock=self.clock
+        )
+
+    def kinds(self, job_id: str) -> list[str]:
+        return [e["kind"] for e in ledger.events(self.state_dir, job_id)]
+
+    def notice(self, job_id: str) -> Notice | None:
+        return read_notice(notice_path(self.state_dir, job_id))
+
+
+@pytest.fixture
+def world(tmp_path) -> World:
+    clock = Clock()
+    return World(clock, FakeSlurm(clock), tmp_path / "state")
+
+
+@dataclass
+class ListSource:
+    """A provider API whose answer the test sets; ``failing`` makes it raise."""
+
+    name: str = "together"
+    drains: list[Drain] = field(default_factory=list)
+    failing: bool = False
+
+    def fetch(self) -> list[Drain]:
+        if self.failing:
+            raise SourceError("https://api.example/v1 answered HTTP 500")
+        return list(self.drains)
+
+
+def _signalled(world: World) -> list[str]:
+    return [i for call in world.slurm.called("signal_many") for i in call["job_ids"]]
+
+
+# ---------------------------------------------------------------------------------------- telling
+
+
+def test_drain_tells_every_job_on_the_node_once_and_signals_only_opted_in(world):
+    fake = world.slurm
+    for job_id in ("1", "2"):
+        fake.add_job(job_id, ["pre1"], OPTED)
+    fake.add_job("3", ["pre1"], "")  # did not opt in: notice file only
+    fake.add_job("4", ["pre2"], OPTED)  # on a node that stays
+    watcher = world.watcher()
+    quiet = watcher.poll_once()
+    assert quiet.queries == 2 and quiet.actions == {} and quiet.new_events == []
+    fake.drain(["pre1"], REASON)
+    world.clock.advance(200)  # a late watcher: the deadline still counts from the drain
+    result = watcher.poll_once()
+    assert result.new_events == ["pre1"] and result.draining == ["pre1"]
+    assert result.actions == {"notice_sent": 3, "signal_sent": 2}
+    assert result.queries == 3  # sinfo, squeue of the draining node, squeue of pending jobs
+    assert fake.called("signal_many") == [{"job_ids": ("1", "2"), "signal": "USR1", "batch_only": True}]
+    assert [fake.job(j).signals for j in ("1", "2", "3", "4")] == [["USR1"], ["USR1"], [], []]
+    for job_id in ("1", "2", "3"):
+        notice = world.notice(job_id)
+        assert notice.deadline == T0 + timedelta(seconds=GRACE) and notice.detected_at == world.clock()
+        assert notice.event_id == f"pre1@{T0:%Y-%m-%dT%H:%M:%SZ}"
+    assert world.notice("4") is None
+    assert world.kinds("3") == ["notice_sent"] and world.kinds("1") == ["notice_sent", "signal_sent"]
+    calm = watcher.poll_once()
+    assert calm.actions == {} and calm.queries == 2  # nothing told twice, no query of the nodes' jobs
+    assert _signalled(world) == ["1", "2"]
+
+
+def test_every_notice_is_written_before_any_signal(world):
+    fake = world.slurm
+    for i in range(12):
+        fake.add_job(str(i), [f"pre{i % 4 + 1}"], OPTED)
+    missing: list[str] = []
+    fake.on_signal = lambda ids: missing.extend(j for j in map(str, range(12)) if world.notice(j) is None)
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    assert world.watcher().poll_once().actions == {"notice_sent": 12, "signal_sent": 12}
+    assert missing == []
+
+
+def test_correlated_drain_is_told_in_one_poll_each_job_signalled_once(world):
+    fake = world.slurm
+    opted = []
+    for node in ("pre1", "pre2", "pre3", "pre4"):
+        for i in range(6):
+            job_id = f"{node[-1]}{i}"
+            fake.add_job(job_id, [node], OPTED if i < 4 else "")
+            opted += [job_id] if i < 4 else []
+    watcher = world.watcher()
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    result = watcher.poll_once()
+    assert result.actions == {"notice_sent": 24, "signal_sent": 16} and result.queries == 3
+    assert sorted(_signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
+    assert len(fake.called("signal_many")) > 1
+    assert watcher.poll_once().actions == {}
+
+
+def test_drain_then_down_is_the_same_event(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    world.clock.advance(GRACE)
+    fake.set_down(["pre1"], "Not responding")  # overwrites the reason and its time
+    fake.requeue_by_job("1")  # the removal requeues the job
+    result = watcher.poll_once()
+    assert result.new_events == [] and result.draining == ["pre1"]
+    assert "notice_sent" not in result.actions and "signal_sent" not in result.actions
+    assert watcher.sent.events["pre1"].drain_time == T0  # the first drain time is kept
+    assert world.kinds("1").count("notice_sent") == 1
+
+
+def test_resumed_and_drained_again_is_a_new_event(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    world.clock.advance(60)
+    fake.resume(["pre1"])
+    assert watcher.poll_once().draining == []  # back in service: its event is over
+    world.clock.advance(60)
+    fake.drain(["pre1"], REASON)
+    again = watcher.poll_once()
+    assert again.new_events == ["pre1"] and again.actions == {"notice_sent": 1, "signal_sent": 1}
+    assert world.notice("1").drain_time == T0 + timedelta(seconds=120)
+    # Resumed and drained again between two polls: a new drain time on a node not DOWN.
+    world.clock.advance(60)
+    fake.resume(["pre1"])
+    fake.drain(["pre1"], REASON)
+    third = watcher.poll_once()
+    assert third.actions == {"notice_sent": 1, "signal_sent": 1}
+    assert world.kinds("1").count("notice_sent") == 3 and fake.job("1").signals == ["USR1"] * 3
+
+
+def test_job_on_two_draining_nodes_is_told_once_with_the_earliest_deadline(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre2"], REASON)
+    world.clock.advance(10)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    notice = world.notice("1")
+    assert notice.node == "pre2" and notice.deadline == T0 + timedelta(seconds=GRACE)
+    assert watcher.poll_once().actions == {}
+    assert all(watcher.sent.done("1", n, what) for n in ("pre1", "pre2") for what in ("notice", "signal"))
+    assert fake.job("1").signals == ["USR1"]
+
+
+def test_sources_of_one_node_keep_the_earliest_drain(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre3"], OPTED)
+    provider = ListSource(drains=[Drain("pre3", "provider", T0 - timedelta(seconds=30), "together", 120.0)])
+    fake.drain(["pre3"], REASON)
+    world.watcher(sources=[provider]).poll_once()
+    notice = world.notice("1")
+    assert notice.source == "together" and notice.deadline == T0 + timedelta(seconds=90)
+
+
+# ---------------------------------------------------------------------------------------- failures
+
+
+def test_a_failed_signal_is_retried_next_poll_and_never_doubled(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.add_job("2", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    fake.fail_next("signal_many")  # scancel timed out: nothing is known to be sent
+    first = watcher.poll_once()
+    assert first.actions == {"notice_sent": 2}
+    second = watcher.poll_once()
+    assert second.actions == {"signal_sent": 2} and second.queries == 3  # the node's jobs asked again
+    assert watcher.poll_once().actions == {}
+    assert world.kinds("1") == ["notice_sent", "signal_sent"] == world.kinds("2")
+
+
+def test_scancel_naming_one_job_retries_that_job_only(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    fake = world.slurm
+    for job_id in ("1", "2", "3"):
+        fake.add_job(job_id, ["pre1"], OPTED)
+    fake.refused["2"] = "Access/permission denied"
+    fake.drain(["pre1"], REASON)
+    watcher = world.watcher()
+    assert watcher.poll_once().actions == {"notice_sent": 3, "signal_sent": 2}
+    assert any("job 2: signal USR1 failed, will retry" in r.getMessage() for r in caplog.records)
+    del fake.refused["2"]
+    assert watcher.poll_once().actions == {"signal_sent": 1}
+    assert _signalled(world) == ["1", "2", "3", "2"]
+    assert [fake.job(j).signals for j in ("1", "2", "3")] == [["USR1"]] * 3
+
+
+def test_a_job_gone_before_its_signal_is_done_not_retried(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.drain(["pre1"], REASON)
+    fake.on_signal = lambda ids: fake.end("1")  # it ended between the query and the signal
+    watcher = world.watcher()
+    assert watcher.poll_once().actions == {"notice_sent": 1}
+    assert any("job 1 ended before it could be signalled" in r.getMessage() for r in caplog.records)
+    assert watcher.sent.done("1", "pre1", "signal")
+    watcher.poll_once()
+    assert len(fake.called("signal_many")) == 1
+
+
+def test_a_failed_query_is_retried_next_poll(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    fake.fail_next("nodes")
+    with pytest.raises(SlurmError):
+        watcher.poll_once()
+    fake.fail_next("jobs")  # sinfo answers, the squeue of the node's jobs times out
+    with pytest.raises(SlurmError):
+        watcher.poll_once()
+    assert watcher.sent.events["pre1"].handled is False
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert watcher.poll_once().actions == {}
+    assert world.kinds("1") == ["notice_sent", "signal_sent"]
+
+
+def test_a_restarted_watcher_tells_nobody_twice(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.add_job("2", ["pre1"], OPTED)
+    fake.drain(["pre1"], REASON)
+    fake.fail_next("signal_many")
+    assert world.watcher().poll_once().actions == {"notice_sent": 2}  # then the watcher dies
+    restarted = world.watcher()  # reads what was sent from its state file
+    assert restarted.sent.done("1", "pre1", "notice") and not restarted.sent.done("1", "pre1", "signal")
+    assert restarted.poll_once().actions == {"signal_sent": 2}  # only what was not done yet
+    assert world.watcher().poll_once().actions == {}
+    # State lost (another host, a sidecar): the shared ledger still says what was sent.
+    state_path(world.state_dir, None).unlink()
+    assert world.watcher().poll_once().actions == {}
+    assert world.watcher(job_id="1").poll_once().actions == {}  # the job's own sidecar too
+    assert [fake.job(j).signals for j in ("1", "2")] == [["USR1"], ["USR1"]]
+
+
+# ---------------------------------------------------------------------------------------- after the notice
+
+
+def test_fast_restart_only_while_the_nodes_it_left_are_away(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.add_job("2", ["pre2"], OPTED)
+    fake.add_job("3", ["pre3"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1", "pre2"], REASON)
+    watcher.poll_once()
+    for job_id in ("1", "2", "3"):
+        fake.requeue_by_job(job_id)  # 1 and 2 leave after the notice; 3 is requeued by hand
+    fake.resume(["pre2"])  # pre2 back before the next poll: job 2 could land on it again
+    first = watcher.poll_once()
+    assert first.actions == {"fast_restart": 1}
+    assert fake.called("update_job") == [{"job_id": "1", "starttime": "now"}]
+    fake.job("1").reason = "BeginTime"  # still COMPLETING: Slurm accepted it but it did not take
+    assert watcher.poll_once().actions == {}  # sent again, recorded once per restart
+    assert fake.called("update_job")[-1] == {"job_id": "1", "starttime": "now"}
+    assert world.kinds("1").count("fast_restart") == 1
+    assert "fast_restart" not in world.kinds("2") and "fast_restart" not in world.kinds("3")
+    assert {c["job_id"] for c in fake.called("update_job")} == {"1"}
+
+
+def test_fast_restart_is_off_when_the_job_says_so(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], f"{OPTED} slurm-preempt:fast-restart=0")
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    fake.requeue_by_job("1")
+    assert watcher.poll_once().actions == {} and fake.called("update_job") == []
+
+
+def test_fallback_after_k_preemptions_once(world):
+    fake = world.slurm
+    fake.add_job("1", [], f"{OPTED} slurm-preempt:fallback-after=2", features="preemptible", restart_count=1)
+    fake.job("1").reason = "BeginTime"
+    watcher = world.watcher(fast_restart=False)
+    assert watcher.poll_once().actions == {}  # preempted once: stays
+    fake.job("1").restart_count = 2
+    fake.fail_next("update_job")
+    assert watcher.poll_once().actions == {}  # scontrol failed: retried next poll
+    assert watcher.poll_once().actions == {"fallback": 1}
+    assert fake.job("1").features == "standard"
+    assert watcher.poll_once().actions == {}
+    (event,) = [e for e in ledger.events(world.state_dir, "1") if e["kind"] == "fallback"]
+    assert "preempted 2 times" in event["why"] and event["before"] == "preemptible"
+    assert len(fake.called("update_job")) == 2
+
+
+def test_fallback_after_pending_too_long(world):
+    fake = world.slurm
+    comment = f"{OPTED} slurm-preempt:fallback-pending=600 slurm-preempt:fallback-to=ondemand"
+    fake.add_job("1", [], comment, features="preemptible")
+    watcher = world.watcher()
+    world.clock.advance(599)
+    assert watcher.poll_once().actions == {}
+    world.clock.advance(1)
+    assert watcher.poll_once().actions == {"fallback": 1}
+    assert fake.called("update_job") == [{"job_id": "1", "features": "ondemand"}]
+    world.clock.advance(600)
+    assert watcher.poll_once().actions == {}
+
+
+def test_enforcement_requeues_opted_in_jobs_still_running_near_the_deadline(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.add_job("2", ["pre1"], "")  # not opted in: never requeued
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10, fast_restart=False, fallback=False)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 2, "signal_sent": 1}
+    world.clock.advance(49)
+    early = watcher.poll_once()
+    assert early.actions == {} and early.queries == 1  # sinfo only: fast restart and fallback are off
+    world.clock.advance(1)  # deadline - margin
+    due = watcher.poll_once()
+    assert due.actions == {"enforced_requeue": 1} and due.queries == 2
+    assert fake.called("requeue") == [{"job_id": "1"}]
+    assert fake.job("1").state == "PENDING" and fake.job("2").state == "RUNNING"
+    assert watcher.poll_once().actions == {}  # once per event
+    assert world.kinds("1") == ["notice_sent", "signal_sent", "enforced_requeue"]
+
+
+# ---------------------------------------------------------------------------------------- sources, modes
+
+
+def test_a_provider_event_ends_only_after_its_deadline(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre2"], OPTED)
+    provider = ListSource(drains=[Drain("pre2", "TogetherPreemptionNotified", T0, "together", 30.0)])
+    watcher = world.watcher(sources=[provider])
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    provider.failing = True  # the API fails: its last answer stands
+    world.clock.advance(5)
+    assert watcher.poll_once().draining == ["pre2"]
+    provider.failing, provider.drains = False, []  # the API forgets the event
+    world.clock.advance(5)
+    assert watcher.poll_once().draining == ["pre2"]  # kept until its deadline is past
+    provider.drains = [Drain("pre2", "TogetherPreemptionNotified", T0, "together", 30.0)]
+    assert watcher.poll_once().actions == {}  # it comes back: the same event, not told again
+    provider.drains = []
+    world.clock.advance(80)  # deadline + 60 s
+    assert watcher.poll_once().draining == ["pre2"]
+    world.clock.advance(1)
+    assert watcher.poll_once().draining == []
+    assert world.kinds("1") == ["notice_sent", "signal_sent"]
+
+
+def test_a_failing_source_is_logged_once_then_now_and_then(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    provider = ListSource(failing=True)
+    watcher = world.watcher(sources=[provider])
+    for _ in range(61):
+        watcher.poll_once()
+    lines = [r.getMessage() for r in caplog.records if "source together" in r.getMessage()]
+    assert len(lines) == 2 and "failure 1;" in lines[0] and "failure 60;" in lines[1]
+
+
+def test_sidecar_tells_only_its_own_job_and_ends_with_it(world):
+    fake = world.slurm
+    fake.add_job("7", ["pre1"], OPTED)
+    fake.add_job("8", ["pre1"], OPTED)
+    fake.add_job("9", ["pre2"], OPTED)
+    sidecar = world.watcher(job_id="7", fast_restart=False, fallback=False)
+    quiet = sidecar.poll_once()
+    assert quiet.queries == 2 and quiet.actions == {}
+    assert fake.called("jobs")[-1]["job_ids"] == ("7",) and fake.called("nodes")[-1]["names"] == ("pre1",)
+    fake.drain(["pre2"], REASON)
+    assert sidecar.poll_once().new_events == []  # not its node
+    fake.drain(["pre1"], REASON)
+    assert sidecar.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert _signalled(world) == ["7"] and world.notice("8") is None
+    assert state_path(world.state_dir, "7").exists()
+    fake.requeue_by_job("7")  # pending: not running any more
+    assert sidecar.poll_once().job_ended
+    fake.end("7")
+    assert sidecar.poll_once().job_ended
+
+
+def test_array_tasks_are_named_a_t_in_every_action(world):
+    """On 22.05 one task of an array carries the array's own id: that id names the whole array."""
+    fake = world.slurm
+    tasks = {"100": ("0", "pre1"), "101": ("1", "pre2"), "102": ("2", "pre3")}
+    for job_id, (task, node) in tasks.items():
+        comment = f"{OPTED} slurm-preempt:fallback-after=1"
+        fake.add_job(job_id, [node], comment, array_job_id="100", array_task_id=task, features="preemptible")
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10)
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    assert [fake.job(j).signals for j in tasks] == [["USR1"], [], []]
+    world.clock.advance(50)
+    assert watcher.poll_once().actions == {"enforced_requeue": 1, "fallback": 1, "fast_restart": 1}
+    assert [fake.job(j).state for j in tasks] == ["PENDING", "RUNNING", "RUNNING"]
+    assert fake.called("signal_many")[0]["job_ids"] == ("100_0",)
+    assert fake.called("requeue") == [{"job_id": "100_0"}]
+    assert fake.called("update_job") == [
+        {"job_id": "100_0", "features": "standard"},
+        {"job_id": "100_0", "starttime": "now"},
+    ]
+    kinds = ["notice_sent", "signal_sent", "enforced_requeue", "fallback", "fast_restart"]
+    assert world.kinds("100") == kinds
+
+
+# ---------------------------------------------------------------------------------------- the loop
+
+
+class CountingStop:
+    """A stop event whose ``wait`` returns at once, noting how long it was asked to wait."""
+
+    def __init__(self, rounds: int):
+        self.rounds = rounds
+        self.waits: list[float] = []
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return len(self.waits) >= self.rounds
+
+
+def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback_at_debug(world, caplog):
+    caplog.set_level(logging.DEBUG, logger="slurm_preempt")
+    fake = world.slurm
+    fake.fail_next("nodes", times=2)
+    fake.fail_next("jobs", RuntimeError("boom"))
+    watcher = world.watcher(interval=10, max_backoff=60)
+    stop = CountingStop(rounds=5)
+    assert run(watcher, stop=stop) == 0
+    # sinfo fails twice, the pending squeue raises a bug, then two good polls
+    assert stop.waits == pytest.approx([20, 40, 60, 10, 10], abs=5)
+    records = [r for r in caplog.records if r.name == "slurm_preempt.watch.watcher"]
+    assert [r.levelname for r in records] == ["WARNING", "WARNING", "ERROR", "DEBUG"]
+    assert "retry 2" in records[1].getMessage()
+    assert records[2].getMessage() == "unexpected RuntimeError: boom; carrying on"
+    assert records[2].exc_info is None and records[3].exc_info is not None
+
+
+def test_loop_ends_when_the_sidecars_job_ends(world):
+    watcher = world.watcher(job_id="5")  # no such job
+    stop = CountingStop(rounds=99)
+    assert run(watcher, stop=stop) == 0 and stop.waits == []
+
+
+def test_poll_result_json_names_what_was_done(world):
+    world.slurm.add_job("1", ["pre1"], OPTED)
+    world.slurm.drain(["pre1"], REASON)
+    got = world.watcher().poll_once().to_json()
+    assert got == {
+        "event": "poll",
+        "queries": 3,
+        "draining": ["pre1"],
+        "new_events": ["pre1"],
+        "actions": {"notice_sent": 1, "signal_sent": 1},
+        "job_ended": False,
+    }
