@@ -90,7 +90,17 @@ _WRAPPER = """#!/bin/sh
 # (written by `slurm-preempt testcluster up`). On the host the root's own dynamic loader runs it with
 # the root's libraries; inside the root, the path below leads to the root's own files.
 root={root_q}
-exec "$root/{loader}" --inhibit-cache --library-path {libpath_q} --argv0 {name} "$root/usr/bin/{name}" "$@"
+plugins={plugins_q}
+set -- "$root/{loader}" --inhibit-cache --library-path {libpath_q} --argv0 {name} "$root/usr/bin/{name}" "$@"
+# A configuration without PluginDir (none at all: `sinfo --version` with a two-line probe) sends the
+# client to the plugin folder compiled into it, which on this host holds the host's Slurm's plugins:
+# for root, show it the root's own there, in a mount namespace of this command's own.
+conf=${{SLURM_CONF:-/etc/slurm/slurm.conf}}
+if [ "$(id -u)" = 0 ] && [ -d "$plugins" ] && ! grep -qis '^PluginDir=' "$conf"; then
+  exec unshare --mount --propagation private -- sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' \\
+    {name} "$root$plugins" "$plugins" "$@"
+fi
+exec "$@"
 """
 
 
@@ -449,6 +459,7 @@ def write_wrapper(target: Path, name: str, root: Path, info: RootInfo) -> None:
         root_q=shlex.quote(str(root)),
         loader=info.loader,
         libpath_q=f'"{libpath}"',
+        plugins_q=shlex.quote(info.plugin_dir),
     )
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text)
