@@ -171,16 +171,16 @@ def roots(build, as_json):
     Example:
       slurm-preempt testcluster roots --build 24.11 --build 26.05
     """
-    from slurm_preempt.rehearsal import slurmroot
+    from slurm_preempt.rehearsal import rootbuild
 
     for name in build:
-        slurmroot.ensure(versions.release(name))
-    found = slurmroot.list_roots()
+        rootbuild.ensure(versions.release(name))
+    found = rootbuild.list_roots()
     if as_json:
         echo_json(found)
         return
     if not found:
-        click.echo(f"no roots in {slurmroot.CACHE_DIR / 'roots'}")
+        click.echo(f"no roots in {rootbuild.CACHE_DIR / 'roots'}")
     for root in found:
         click.echo(
             f"{root['suite']:<8} Slurm {root['slurm']:<9} {root['megabytes']:>5} MB  "
