@@ -8,7 +8,8 @@ Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of
 1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
 2. ``squeue -w <nodes> -t running,configuring`` only when a node newly started draining (or an
    earlier round on it failed, or its enforcement moment came): one call for all such nodes;
-3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
+3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs (and
+   those a failed launch holds: ``launchhold``).
 
 So at most 3 queries, plus the actions: one ``scancel --signal`` for all jobs told (in a few chunks
 run side by side) and one ``scontrol update`` per job restarted or moved.
@@ -32,7 +33,7 @@ from slurm_preempt.errors import SlurmError
 from slurm_preempt.notice import deadline, to_text, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
-from slurm_preempt.watch import sentstate
+from slurm_preempt.watch import launchhold, sentstate
 from slurm_preempt.watch.actions import Clock, Context, Emit, enforce, enforce_due, restart, tell_many
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.sources import Drain, Source, SourceError, slurm_drains
@@ -124,9 +125,10 @@ class Watcher:
             names = sorted({e.node for e in due + enforcing})
             self._act_on_nodes(self._jobs(nodes=names, states=RUNNING_STATES), due, enforcing)
         if self.settings.fast_restart or self.settings.fallback:
-            pending = self._jobs(states="pending")
+            pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
-                restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
+                if not launchhold.handle(self.ctx, job, self.settings.fallback):
+                    restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
                 self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
         return result
