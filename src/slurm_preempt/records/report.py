@@ -126,7 +126,7 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
     else:
         cost.assumed_discount = prices.discount
     cost.interval_advice = advise_interval(
-        _mean(history.checkpoint_seconds), _mtbp(history), _mean_interval(history)
+        cost.checkpoint_seconds, mtbp(cost.wall_run_seconds, cost.preemptions), _mean_interval(history)
     )
     cost.verdict = verdict(cost)
     return cost
@@ -136,11 +136,11 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _mtbp(history: hist.JobHistory) -> float | None:
-    """Observed mean run time between preemptions (seconds), or None before the first one."""
-    preemptions = sum(1 for a in history.attempts if a.preempted)
-    run = sum(a.run_seconds for a in history.attempts)
-    return run / preemptions if preemptions else None
+def mtbp(run_seconds: float, preemptions: int) -> float | None:
+    """Observed mean time between preemptions: the ended attempts' run time (wall clock, not weighted
+    by CPUs/GPUs) over the preemptions among them; None before the first one. The one definition, for
+    a job and for the report's totals."""
+    return run_seconds / preemptions if preemptions else None
 
 
 def _mean_interval(history: hist.JobHistory) -> float | None:
@@ -209,7 +209,7 @@ class Report:
         run = sum(j.run_hours for j in self.jobs)
         lost = sum(j.lost_hours for j in self.jobs)
         preemptions = sum(j.preemptions for j in self.jobs)
-        wall = sum(j.wall_run_seconds for j in self.jobs)
+        between = mtbp(sum(j.wall_run_seconds for j in self.jobs), preemptions)
         costs = [j.checkpoint_seconds for j in self.jobs if j.checkpoint_seconds]
         node_hours = sum(j.node_hours for j in self.jobs)
         lost_node_hours = sum(j.lost_node_hours for j in self.jobs)
@@ -235,7 +235,7 @@ class Report:
             "cost_fraction": _money(fraction),
             "assumed_discount": assumed,
             # For `slurm-preempt sbatch --checkpoint-interval auto --mtbp ... --checkpoint-seconds ...`
-            "mtbp_seconds": round(wall / preemptions, 1) if preemptions else None,
+            "mtbp_seconds": None if between is None else round(between, 1),
             "checkpoint_seconds": round(sum(costs) / len(costs), 3) if costs else None,
         }
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from slurm_preempt import ids
 from slurm_preempt.errors import UsageError
 from slurm_preempt.records import history, report
 from slurm_preempt.slurm.commands import Slurm
@@ -31,7 +32,6 @@ FIGURES = {  # settings key -> (option, what it is, why an earlier job may not s
         "no preemption recorded, so no time between preemptions",
     ),
 }
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 
 def is_auto(value: Any) -> bool:
@@ -102,7 +102,7 @@ def learned_figures(job_ids: list[str], state_dir: Path, slurm: Slurm | None = N
     (each only when the jobs show it)."""
     costs = []
     for job_id in job_ids:
-        if not _JOB_ID.fullmatch(job_id):
+        if not ids.is_job_name(job_id):
             raise UsageError(f"--learn-from {job_id!r} is not a Slurm job id")
         found = history.load(job_id, state_dir, slurm if slurm is not None else Slurm())
         if not found.attempts:
