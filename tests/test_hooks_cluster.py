@@ -30,7 +30,8 @@ PY = sys.executable
 
 
 def _can_account() -> bool:
-    """Real accounting (MariaDB + slurmdbd) when installed; CI must have it."""
+    """Real accounting (MariaDB + slurmdbd) when installed. Its absence is not a skip (the tests check
+    less without it), so CI, which installs it, fails here on its own."""
     try:
         accounting.check_packages(release())
         return True
@@ -44,9 +45,7 @@ def _can_account() -> bool:
 def hcluster(tmp_path_factory):
     problem = slurm_problem()
     if problem:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI needs a real Slurm: {problem}", pytrace=False)
-        pytest.skip(problem)
+        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 50
     directory = cluster_dir(port - 50, "-hooks")
     if directory.exists() and testcluster.load_state(directory) is None:
