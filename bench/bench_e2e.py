@@ -94,7 +94,9 @@ def _run_trace(state, workdir: Path, steps: int, mtbp: float, seed: int, notices
     saves = [e.get("seconds", 0.0) for e in events if e["kind"] == "checkpoint_saved"]
     starts = _times(events, "resumed_from")
     watches = [w for e in runner.events for w in e.jobs.values() if w.job_id == job_id]
-    # Work lost: `slurm-preempt history`'s one definition (Attempt.lost_seconds), from the hooks' records.
+    # Work lost: `slurm-preempt history`'s one definition (Attempt.lost_seconds), from the hooks' records
+    # and sacct. sacct is needed here: a node the drill brings back a second after its removal runs
+    # the killed job's epilog at once, which the ledger alone reads as a plain requeue.
     lost = [a.lost_seconds for a in history.load(job_id, state.spec.state_dir, slurm).attempts if a.preempted]
     phases: dict[str, list[float]] = {"notice": [], "checkpoint": [], "leave": [], "wait": [], "start": []}
     for event, watch in ((e, w) for e in runner.events for w in e.jobs.values() if w.job_id == job_id):
@@ -131,7 +133,7 @@ def run(quick: bool = False) -> list[dict]:
     steps, mtbp = (600, 12.0) if quick else (1600, 20.0)
     folder = Path(tempfile.mkdtemp(prefix="sp-bench-e2e-"))
     spec = testcluster.ClusterSpec(
-        directory=folder / "cluster", standard=1, preemptible=4, port=17950, hooks=True
+        directory=folder / "cluster", standard=1, preemptible=4, port=17950, hooks=True, accounting=True
     )
     state = testcluster.up(spec)
     try:

@@ -13,6 +13,11 @@ epilog, EpilogSlurmctld and TaskProlog write their environment to files, and wri
   that exits 3 (epilog_slurmd, epilog_slurmctld_failed), one removed with its node (prolog_slurmd,
   task_prolog, epilog_slurmctld_node_fail), and one each completed, cancelled, timed out and requeued
   by ``scontrol requeue`` (epilog_*_<case>.env), so README's table of what epilogs see is reproducible.
+
+With ``--sacct`` it captures only ``sacct_attempts.txt`` (leaving the other files as they are), on a
+cluster with accounting (MariaDB + slurmdbd): ``sacct -n -P -X -D`` of a job that completed, one
+requeued by ``scontrol requeue`` then completed, one whose node was removed, one cancelled while
+pending and one that failed (exit 3), as ``Slurm.accounting`` asks for them.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 from pathlib import Path
 
 from slurm_preempt.rehearsal import testcluster as tc
-from slurm_preempt.slurm import parse
+from slurm_preempt.slurm import parse, sacct
 from slurm_preempt.slurm.commands import Slurm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +52,8 @@ def main() -> int:
     hook = dumps / "dump.sh"
     hook.write_text(DUMP.format(out=dumps))
     hook.chmod(0o755)
+    if args.sacct:
+        return capture_sacct(args, work)
     spec = tc.ClusterSpec(
         directory=work,
         port=args.port,
@@ -80,7 +87,68 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--dir", default="/tmp/slurm-preempt-capture")
     parser.add_argument("--out", type=Path, help="default: tests/data/slurm-<version>")
+    parser.add_argument("--sacct", action="store_true", help="only sacct_attempts.txt (with accounting)")
     return parser.parse_args()
+
+
+def capture_sacct(args: argparse.Namespace, work: Path) -> int:
+    spec = tc.ClusterSpec(directory=work, port=args.port, slurm=args.slurm, accounting=True)
+    tc.down(work)
+    state = tc.up(spec, timeout=180)
+    os.environ.update(state.env())
+    slurm = Slurm(timeout=30)
+    major, minor = slurm.version()
+    out = (args.out or ROOT / "tests" / "data" / f"slurm-{major}.{minor:02d}").resolve()
+    jobs = work / "jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    try:
+        one = ("--constraint=preemptible", "--nodelist=pre2")
+        ids = [_sbatch(slurm, jobs, *one, "--wrap=true"), _sbatch(slurm, jobs, *one, "--wrap=exit 3")]
+        requeued = _sbatch(slurm, jobs, *one, "--requeue", "--wrap=sleep 3")
+        _wait(lambda: (j := slurm.job(requeued)) and j.running, 60, "a job to requeue")
+        time.sleep(1)
+        slurm.requeue(requeued)
+        removed = _sbatch(
+            slurm, jobs, "--requeue", "--constraint=preemptible", "--nodelist=pre1", "--wrap=sleep 600"
+        )
+        _wait(lambda: (j := slurm.job(removed)) and j.running, 60, "a job to lose its node")
+        time.sleep(1)
+        tc.remove_node(state, "pre1")
+        held = _sbatch(slurm, jobs, "--begin=now+1hour", "--wrap=true")
+        slurm.cancel(held)
+        ids += [requeued, removed, held]
+        _wait(lambda: _released(slurm, requeued), 120, "the requeued job to end")
+        slurm.cancel(removed)
+        argv = [
+            "sacct",
+            "-n",
+            "-P",
+            "-X",
+            "-D",
+            "--format=" + ",".join(sacct.ACCT_FIELDS),
+            "-j",
+            ",".join(ids),
+        ]
+        rows = _wait(lambda: _all_ended(slurm.run(argv), len(ids) + 2), 60, "sacct to hold every attempt")
+        _write(out / "sacct_attempts.txt", rows)
+    finally:
+        tc.down(work)
+    print(f"capture: wrote {out / 'sacct_attempts.txt'}")
+    return 0
+
+
+def _released(slurm: Slurm, job_id: str) -> bool:
+    """True once the job has ended; past Slurm's requeue hold (BeginTime) by ``starttime=now``."""
+    job = slurm.job(job_id)
+    if job is not None and job.pending and job.reason == "BeginTime":
+        slurm.update_job(job_id, starttime="now")
+    return job is None or job.state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING")
+
+
+def _all_ended(text: str, attempts: int) -> str | None:
+    """The output once slurmdbd holds every attempt (two requeued ones among them), each ended."""
+    rows = sacct.parse_acct(text)
+    return text if len(rows) >= attempts and all(r.end for r in rows) else None
 
 
 def capture(state: tc.ClusterState, out: Path, dumps: Path, jobs: Path) -> None:

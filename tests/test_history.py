@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from slurm_preempt.records import history
-from slurm_preempt.slurm.parse import AcctRecord
+from slurm_preempt.slurm.sacct import AcctRecord
 
 T0 = datetime(2026, 12, 1, 6, 0, 0, tzinfo=timezone.utc)
 

@@ -132,21 +132,6 @@ def test_times_and_versions(data_dir):
         slurmdata.parse_submitted("sbatch: error")
 
 
-def test_accounting_rows():
-    text = (
-        "55|55|NODE_FAIL|0:0|2026-12-01T06:00:00|2026-12-01T06:00:02|2026-12-01T06:05:00|1|pre1|batch|"
-        "alice|preemptible|billing=8,cpu=8,gres/gpu=8,mem=4000M,node=1\n"
-        "55|55|COMPLETED|0:0|2026-12-01T06:05:01|2026-12-01T06:07:03|2026-12-01T06:30:00|1|pre2|batch|"
-        "alice|preemptible|billing=8,cpu=8,gres/gpu=8,mem=4000M,node=1\n"
-        "56|56|CANCELLED by 0|0:15|2026-12-01T06:00:00|None|2026-12-01T06:01:00|1|None assigned|batch|"
-        "bob||\n"
-    )
-    rows = slurmdata.parse_acct(text, UTC)
-    assert [r.state for r in rows] == ["NODE_FAIL", "COMPLETED", "CANCELLED"]
-    assert rows[0].gpus == 8 and rows[0].cpus == 8 and rows[0].nodes == ("pre1",)
-    assert rows[2].start is None and rows[2].constraints == ""
-
-
 # ---------------------------------------------------------------------------------------- hostile bytes
 
 VICTIM = "28070466"

@@ -95,7 +95,7 @@ def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields)
     event = {
         "kind": kind,
         "job_id": str(job_id),
-        "time": to_text(utcnow()),
+        "time": to_text(utcnow(), "milliseconds"),  # phases of a drain last a fraction of a second
         "host": host,
         "source": source,
         **fields,

@@ -34,8 +34,9 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def to_text(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+def to_text(moment: datetime, timespec: str = "seconds") -> str:
+    """``2026-12-01T06:00:00Z``; ``timespec="milliseconds"`` for records that time phases of a second."""
+    return moment.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def from_text(text: str) -> datetime:

@@ -142,7 +142,7 @@ sp_job_dir_ok() {
 # sp_event KIND 'extra JSON members' : write the event to a temp file in the root-owned jobs/
 # folder, then rename it into the job's folder (rename replaces a planted symlink, never follows it).
 sp_event() {
-	now=$(date -u '+%s%N %Y-%m-%dT%H:%M:%SZ') || return 0
+	now=$(date -u '+%s%N %Y-%m-%dT%H:%M:%S.%3NZ') || return 0
 	ns=${now%% *}
 	tmp=$SP_JOBS/.hook-$ns-$$
 	body="{\"kind\": \"$1\", \"job_id\": \"$SP_JOB\", \"time\": \"${now#* }\", \"host\": \"$SP_HOST\""

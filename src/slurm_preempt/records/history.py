@@ -27,7 +27,8 @@ from pathlib import Path
 from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text, to_text
-from slurm_preempt.slurm.parse import AcctRecord, expand_nodes
+from slurm_preempt.slurm.parse import expand_nodes
+from slurm_preempt.slurm.sacct import AcctRecord
 
 # sacct state -> (cause label, counts as a preemption)
 ACCT_CAUSES = {

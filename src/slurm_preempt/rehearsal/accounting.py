@@ -65,7 +65,10 @@ def start(spec: ClusterSpec, env: dict[str, str]) -> list[Started]:
     check_packages(spec.slurm)
     d = spec.directory
     db_port, dbd_port = ports(spec)
-    data, run = d / "mysql", d / "run"
+    # One database per release: slurmdbd upgrades a schema at most two releases old and refuses one from
+    # a release it cannot convert ("Database schema is too old"), and a downgrade not at all, so a
+    # folder brought up again with another --slurm gets a database of its own.
+    data, run = d / f"mysql-{spec.slurm}", d / "run"
     started = []
     if not (data / "mysql").is_dir():
         log.info("creating the MariaDB data folder")

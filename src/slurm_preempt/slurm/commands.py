@@ -26,7 +26,9 @@ from pathlib import Path
 from slurm_preempt import ids
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError, UsageError
 from slurm_preempt.slurm import parse as slurmdata
-from slurm_preempt.slurm.parse import AcctRecord, Job, Node
+from slurm_preempt.slurm import sacct
+from slurm_preempt.slurm.parse import Job, Node
+from slurm_preempt.slurm.sacct import AcctRecord
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +169,13 @@ class Slurm:
 
     def accounting(self, job_ids: Iterable[str] | None = None, **filters: str) -> list[AcctRecord]:
         """Every attempt of the jobs (``sacct -D``): requeued attempts included."""
-        argv = ["sacct", "-n", "-P", "-X", "-D", "--format=" + ",".join(slurmdata.ACCT_FIELDS)]
+        argv = ["sacct", "-n", "-P", "-X", "-D", "--format=" + ",".join(sacct.ACCT_FIELDS)]
         wanted = _job_names(job_ids or [])
         if wanted:
             argv += ["-j", ",".join(wanted)]
         for flag, value in filters.items():  # starttime=..., user=..., partition=...
             argv.append(f"--{flag}={value}")
-        return slurmdata.parse_acct(self.run_bytes(argv))
+        return sacct.parse_acct(self.run_bytes(argv))
 
     # ------------------------------------------------------------------------------------ actions
 

@@ -1,4 +1,5 @@
-"""Typed records of Slurm nodes, jobs and accounting rows, and the pure parsers that build them.
+"""Typed records of Slurm nodes and jobs, and the pure parsers that build them (accounting rows:
+``sacct.py``).
 
 Nothing here runs a command: ``commands.py`` runs them and hands the bytes to these functions, which the
 tests feed with output captured from real Slurm 22.05 (tests/data/) and with hostile bytes (hypothesis).
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
@@ -65,22 +66,6 @@ JOB_FIELDS = (
     "EligibleTime",
 )
 JOB_TEXT_FIELDS = (("Reason", 48), ("Feature", 128), ("Name", 64), ("Comment", 512))
-# `sacct -P` uses "|" and quotes nothing: no field asked for here is free text (no job name, no comment).
-ACCT_FIELDS = (
-    "JobIDRaw",
-    "JobID",
-    "State",
-    "ExitCode",
-    "Submit",
-    "Start",
-    "End",
-    "NNodes",
-    "NodeList",
-    "Partition",
-    "User",
-    "Constraints",
-    "AllocTRES",
-)
 
 _EMPTY = {"", "(null)", "none", "None", "N/A", "Unknown", "n/a", "None assigned"}
 _BUSY_STATES = {"ALLOCATED", "MIXED", "COMPLETING"}
@@ -127,7 +112,7 @@ def _unframed(pos: int, count: int) -> SlurmError:
     return SlurmError(["parse"], None, why)
 
 
-def _decode(raw: bytes) -> str:
+def decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
@@ -187,12 +172,12 @@ def parse_time(text: str, local_tz: timezone | None = None) -> datetime | None:
     return naive.replace(tzinfo=local_tz or timezone.utc).astimezone(timezone.utc)
 
 
-def _text(value: str) -> str:
+def clean_text(value: str) -> str:
     value = value.strip()
     return "" if value in _EMPTY else value
 
 
-def _int(value: str, default: int = 0) -> int:
+def to_int(value: str, default: int = 0) -> int:
     value = value.strip()
     if not (value.isascii() and value.isdigit()) or len(value) > 12:
         return default
@@ -260,7 +245,7 @@ def parse_nodes(output: bytes | str, local_tz: timezone | None = None) -> list[N
     nodes: dict[str, Node] = {}
     widths = [w for _, w in NODE_TEXT_FIELDS]
     for raw in frame(output, len(NODE_FIELDS), widths):
-        name, state_text, features, stamp, user, reason = map(_decode, raw)
+        name, state_text, features, stamp, user, reason = map(decode, raw)
         try:
             ids.node_name(name)
             state, flags = parse_state(state_text)
@@ -273,10 +258,10 @@ def parse_nodes(output: bytes | str, local_tz: timezone | None = None) -> list[N
                 name=name,
                 state=state,
                 flags=flags,
-                features=tuple(f for f in _text(features).split(",") if f),
-                reason=_text(reason),
+                features=tuple(f for f in clean_text(features).split(",") if f),
+                reason=clean_text(reason),
                 reason_time=parse_time(stamp, local_tz),
-                reason_user=_text(user).split("(")[0],
+                reason_user=clean_text(user).split("(")[0],
             ),
         )
     return list(nodes.values())
@@ -329,7 +314,7 @@ def parse_jobs(output: bytes | str, local_tz: timezone | None = None) -> list[Jo
     jobs = []
     widths = [w for _, w in JOB_TEXT_FIELDS]
     for raw in frame(output, len(JOB_FIELDS), widths):
-        cols = [_decode(c) for c in raw]
+        cols = [decode(c) for c in raw]
         try:
             jobs.append(_job(cols, local_tz))
         except (ValueError, UsageError) as exc:
@@ -344,100 +329,31 @@ def _job(cols: list[str], local_tz: timezone | None) -> Job:
     reason, feature, name, comment = cols[len(JOB_FIELDS) :]
     if not ids.is_job_id(jid):
         raise ValueError(f"job id {ids.shorten(jid)}")
-    is_array = _text(atid) != ""
+    is_array = clean_text(atid) != ""
     if is_array and not ids.is_job_id(ajid):
         raise ValueError(f"array job id {ids.shorten(ajid)} of job {jid}")
     if not (state.isascii() and state.replace("_", "").isalpha()):
         raise ValueError(f"state {ids.shorten(state)} of job {jid}")
-    nodes = tuple(expand_nodes(nodelist)) if _text(nodelist) else ()
+    nodes = tuple(expand_nodes(nodelist)) if clean_text(nodelist) else ()
     for node in nodes:
         ids.node_name(node)
     return Job(
         job_id=jid,
         state=state.upper(),
-        reason=_text(reason),
+        reason=clean_text(reason),
         nodes=nodes,
-        restart_count=_int(restarts),
+        restart_count=to_int(restarts),
         user=user,
         name=name.rstrip(" "),
         partition=part,
-        num_nodes=_int(nnodes),
+        num_nodes=to_int(nnodes),
         start_time=parse_time(start, local_tz),
         submit_time=parse_time(submit, local_tz),
         eligible_time=parse_time(eligible, local_tz),
-        features=_text(feature),
-        comment=_text(comment.rstrip(" ")),
+        features=clean_text(feature),
+        comment=clean_text(comment.rstrip(" ")),
         array_job_id=ajid if is_array else "",
-        array_task_id=_text(atid) if is_array else "",
-    )
-
-
-# ---------------------------------------------------------------------------------------- accounting
-
-
-@dataclass(frozen=True)
-class AcctRecord:
-    """One row of ``sacct -D -X``: one attempt of a job (``-D`` keeps the requeued ones)."""
-
-    job_id: str
-    display_id: str
-    state: str  # COMPLETED, REQUEUED, NODE_FAIL, PREEMPTED, CANCELLED, TIMEOUT, FAILED, RUNNING...
-    exit_code: str = "0:0"
-    submit: datetime | None = None
-    start: datetime | None = None
-    end: datetime | None = None
-    num_nodes: int = 0
-    nodes: tuple[str, ...] = ()
-    partition: str = ""
-    user: str = ""
-    constraints: str = ""
-    alloc_tres: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def gpus(self) -> int:
-        return _int(self.alloc_tres.get("gres/gpu", "0"))
-
-    @property
-    def cpus(self) -> int:
-        return _int(self.alloc_tres.get("cpu", "0"))
-
-
-def parse_acct(output: bytes | str, local_tz: timezone | None = None) -> list[AcctRecord]:
-    """Parse ``sacct -n -P -X -D --format=<ACCT_FIELDS>`` output; rows that are not a job are skipped."""
-    text = _decode(output) if isinstance(output, bytes) else output
-    rows = []
-    for line in text.split("\n"):
-        cols = line.split("|")
-        if len(cols) < len(ACCT_FIELDS) or not ids.is_job_id(cols[0].strip()):
-            continue
-        try:
-            rows.append(_acct_row(cols, local_tz))
-        except (ValueError, UsageError) as exc:
-            log.warning("sacct row refused: %s", exc)
-    return rows
-
-
-def _acct_row(cols: list[str], local_tz: timezone | None) -> AcctRecord:
-    raw, jid, state, exit_code, submit, start, end, nnodes, nodelist, part, user, cons, tres = cols[
-        : len(ACCT_FIELDS)
-    ]
-    # "CANCELLED by 0" -> CANCELLED
-    state = state.split()[0].upper() if state.strip() else "UNKNOWN"
-    tres_map = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv)
-    return AcctRecord(
-        job_id=raw.strip(),
-        display_id=jid.strip(),
-        state=state,
-        exit_code=exit_code.strip(),
-        submit=parse_time(submit, local_tz),
-        start=parse_time(start, local_tz),
-        end=parse_time(end, local_tz),
-        num_nodes=_int(nnodes),
-        nodes=tuple(expand_nodes(nodelist)) if _text(nodelist) else (),
-        partition=part.strip(),
-        user=user.strip(),
-        constraints=_text(cons),
-        alloc_tres=tres_map,
+        array_task_id=clean_text(atid) if is_array else "",
     )
 
 
@@ -453,7 +369,7 @@ def parse_config(output: str) -> dict[str, str]:
 
 def scheduler_parameters(config: dict[str, str]) -> dict[str, str]:
     """``SchedulerParameters`` as {option: value} (``bf_continue`` -> ``""``)."""
-    text = _text(config.get("SchedulerParameters", ""))
+    text = clean_text(config.get("SchedulerParameters", ""))
     pairs = (item.partition("=") for item in text.split(",") if item.strip())
     return {key.strip(): value.strip() for key, _sep, value in pairs}
 
