@@ -97,7 +97,9 @@ def _run_trace(state, workdir: Path, steps: int, mtbp: float, seed: int, notices
     # Work lost: `slurm-preempt history`'s one definition (Attempt.lost_seconds), from the hooks' records
     # and sacct. sacct is needed here: a node the drill brings back a second after its removal runs
     # the killed job's epilog at once, which the ledger alone reads as a plain requeue.
-    lost = [a.lost_seconds for a in history.load(job_id, state.spec.state_dir, slurm).attempts if a.preempted]
+    found = history.load(job_id, state.spec.state_dir, slurm)
+    (work / "history.json").write_text(json.dumps(found.to_json(), indent=1))  # to look at afterwards
+    lost = [a.lost_seconds for a in found.attempts if a.preempted]
     phases: dict[str, list[float]] = {"notice": [], "checkpoint": [], "leave": [], "wait": [], "start": []}
     for event, watch in ((e, w) for e in runner.events for w in e.jobs.values() if w.job_id == job_id):
         if watch.left_at is None:
@@ -153,6 +155,8 @@ def run(quick: bool = False) -> list[dict]:
          "baseline": round(lost_without, 2),
          "ratio": round(lost_with / lost_without, 3) if lost_without else None,
          "target": "vs watcher off, same trace (as `slurm-preempt history` counts it)"},
+        {"name": "attempts ended by a preemption, with notices", "value": len(with_n["lost"]), "unit": "",
+         "baseline": len(without["lost"]), "ratio": None, "target": "watcher off: killed by the removal"},
         {"name": "same result as uninterrupted, both runs", "value": with_n["value"] == without["value"],
          "unit": "", "baseline": None, "ratio": None, "target": "True"},
     ]  # fmt: skip

@@ -196,3 +196,41 @@ def test_work_lost_is_one_figure_in_history_timeline_and_report(data_dir):
     assert title is not None and f"3 preemption(s), {figure} of work lost" in (title.text or "")
     cost = report.job_cost(found, report.Prices())
     assert cost.lost_hours == found.lost_seconds / 3600  # one CPU: resource-hours are hours
+
+
+def controller_end(seconds, restart):
+    """EpilogSlurmctld's record as the hook writes it, with the attempt's node list."""
+    return ev(
+        "attempt_end", seconds, hook="epilog_slurmctld", restart_count=restart, exit_code="0:0", nodes="pre1"
+    )
+
+
+def test_an_attempt_whose_prolog_never_ran_keeps_its_own_end():
+    """Seen on 22.05 with a node that came back at once (bench_e2e): the job relaunched on it ran
+    without a prolog (slurmd, restarted on its spool, still knew the job id), so attempt 1 has no
+    start. A node failure does not raise the restart count before EpilogSlurmctld, so the end saying 1
+    is attempt 1's: attempt 0 already has its controller end."""
+    events = [
+        start(0, 0, "pre1"),
+        ev("checkpoint_saved", 12),
+        controller_end(14.4, 0),  # pre1 removed: NODE_FAIL, EpilogSlurmctld with restart count 0
+        end(16.4, 0, hook="epilog", node="pre1"),  # pre1 back: the late node epilog
+        ev("checkpoint_saved", 23),
+        controller_end(24.4, 1),  # pre1 removed again, attempt 1 (no prolog ran) ends
+        end(26.4, 1, hook="epilog", node="pre1"),
+        start(27.6, 2, "pre2"),
+        end(40, 2),
+    ]
+    rows = [
+        row("NODE_FAIL", 0, 14, "pre1"),
+        row("NODE_FAIL", 17, 24, "pre1"),
+        row("COMPLETED", 27, 40, "pre2"),
+    ]
+    for acct in (None, rows):
+        found = history.build("5", events, acct)
+        first = found.attempts[0]
+        assert first.end == T0 + timedelta(seconds=14.4), acct
+        assert round(first.lost_seconds, 1) == 2.4
+    with_acct = history.build("5", events, rows).attempts[1]
+    assert with_acct.start == T0 + timedelta(seconds=17) and with_acct.end == T0 + timedelta(seconds=24.4)
+    assert round(with_acct.lost_seconds, 1) == 1.4

@@ -67,6 +67,7 @@ class Attempt:
     wait_before: float | None = None  # seconds since the previous attempt ended
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
+    controller_ended: bool = False  # EpilogSlurmctld recorded its end (once per attempt)
 
     @property
     def preempted(self) -> bool:
@@ -232,11 +233,19 @@ def _end_number(by_number: dict[int, Attempt], number: int, event: dict) -> int:
     """The attempt an ``attempt_end`` belongs to (events arrive in time order).
 
     After ``scontrol requeue`` Slurm raises the restart count before the epilogs run, so the end of
-    attempt N arrives saying N+1. An end of N+1 before N+1 started, on N's nodes, is N's.
+    attempt N arrives saying N+1. An end of N+1 before N+1 started, on N's nodes, is N's, unless N
+    already has that end: a node failure leaves the count as it was, and an attempt relaunched on a
+    node whose slurmd restarted on its spool runs without a prolog (slurmd still knows the job id),
+    so N+1 may have ended with no start recorded.
     """
     current, previous = by_number.get(number), by_number.get(number - 1)
     started = current is not None and current.start is not None
     if number == 0 or started or previous is None or previous.start is None:
+        return number
+    if event.get("hook") == "epilog":
+        if str(event.get("node", "")) in previous.node_epilogs:
+            return number
+    elif previous.controller_ended:
         return number
     nodes = set(expand_nodes(str(event.get("nodes", "")))) if event.get("nodes") else set()
     return number - 1 if nodes and nodes <= set(previous.nodes) else number
@@ -269,6 +278,7 @@ def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event:
             attempt.end = moment
     else:  # the controller's end is the authority
         attempt.end = moment or attempt.end
+        attempt.controller_ended = True
     attempt.exit_code = str(event.get("exit_code", attempt.exit_code))
     if not attempt.nodes and event.get("nodes"):
         attempt.nodes = expand_nodes(str(event["nodes"]))
