@@ -19,39 +19,33 @@ from slurm_preempt.errors import EXIT_ERROR, SlurmPreemptError
 
 log = logging.getLogger(__name__)
 
-# name -> (module under slurm_preempt.cli, attribute, one-line help)
+# name -> (module under cli/, attribute). Loaded on first use: `slurm-preempt resume env` in a job
+# imports only what it runs. Only the group's own --help loads them all, for their one-line help.
 COMMANDS = {
-    "sbatch": ("sbatch", "command", "Write (or submit) a job script that survives preemption."),
-    "resume": (
-        "resume",
-        "group",
-        "Job-side helpers: restart info, wait for a notice, requeue self.",
-    ),
-    "watch": ("watch", "command", "Watch for draining nodes and warn the jobs on them."),
-    "hooks": ("hooks", "group", "Install and check the prolog/epilog hooks (admins)."),
-    "history": ("report", "history", "Every attempt of one job: nodes, causes, lost work."),
-    "report": (
-        "report",
-        "report",
-        "What preemption cost: per job and in total, against on-demand.",
-    ),
-    "drill": ("drill", "command", "Rehearse preemptions: drain, remove and bring back nodes."),
-    "testcluster": ("testcluster", "group", "A real multi-node Slurm cluster on this host."),
+    "sbatch": ("sbatch", "command"),
+    "resume": ("resume", "group"),
+    "watch": ("watch", "command"),
+    "hooks": ("hooks", "group"),
+    "history": ("report", "history"),
+    "report": ("report", "report"),
+    "drill": ("drill", "command"),
+    "testcluster": ("testcluster", "group"),
 }
 
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(n for n, (mod, _a, _h) in COMMANDS.items() if _exists(mod))
+        return sorted(n for n, (mod, _attr) in COMMANDS.items() if _exists(mod))
 
     def get_command(self, ctx, name):
         if name not in COMMANDS or not _exists(COMMANDS[name][0]):
             return None
-        mod, attr, _help = COMMANDS[name]
+        mod, attr = COMMANDS[name]
         return getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
 
     def format_commands(self, ctx, formatter):
-        rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
+        # Each command's first sentence, whole (write_dl wraps it): one source for the line.
+        rows = [(n, self.get_command(ctx, n).get_short_help_str(200)) for n in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
