@@ -109,8 +109,11 @@ def _check_zero_steps_redone(cl, job_id: str) -> dict:
 def _check_every_rank_told(log: str, world: int) -> None:
     for rank in range(world):
         assert f"rank {rank}: preemption notice" in log, log
-    # srun was never sent SIGTERM while the ranks saved (Slurm's own requeue signals it afterwards).
-    saving = log.split("requeued (attempt 1 ends)", 1)[0]
+    # srun was never sent SIGTERM while the ranks saved. The requeue (made once the checkpoint is
+    # committed) signals it: the lines of the library's "requeued" and srun's reply to Slurm's signal
+    # come from different processes in any order, but slurmstepd logs the requeue before signalling.
+    ends = [log.find(mark) for mark in ("requeued (attempt 1 ends)", "DUE TO JOB REQUEUE ***")]
+    saving = log[: min((at for at in ends if at >= 0), default=len(log))]
     assert "srun: forcing job termination" not in saving, log
 
 

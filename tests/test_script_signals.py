@@ -7,11 +7,16 @@ real srun and torchrun: tests/test_multinode_cluster.py."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from slurm_preempt.config import Config
 from slurm_preempt.sbatch import render as gen
@@ -20,10 +25,10 @@ from slurm_preempt.sbatch import render as gen
 # and exits 0 shortly after the first one (as a program that saves on SIGTERM would).
 TARGET = r"""
 import os, signal, subprocess, sys, time
-work = sys.argv[1]
+work, loader = sys.argv[1], sys.argv[2:]
 got = []
 signal.signal(signal.SIGTERM, lambda n, f: got.append(signal.Signals(n).name))
-subprocess.Popen([os.path.join(work, "bin", "srun")])
+subprocess.Popen([*loader, os.path.join(work, "bin", "srun")])
 open(os.path.join(work, "ready"), "w").close()
 while not got:
     time.sleep(0.02)
@@ -60,11 +65,11 @@ def _wait_for(path: Path, text: str = "", timeout: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def _script(tmp_path: Path, **options) -> Path:
+def _script(tmp_path: Path, loader: list[str] = (), **options) -> Path:
     target = tmp_path / "target.py"
     target.write_text(TARGET)
     settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30", **options}
-    made = gen.generate(settings, [sys.executable, str(target), str(tmp_path)], Config())
+    made = gen.generate(settings, [sys.executable, str(target), str(tmp_path), *loader], Config())
     return gen.write_script(made.script, tmp_path / "job.sh")
 
 
@@ -89,8 +94,29 @@ def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_notice_reaches_the_command_and_steps_never_srun(tmp_path):
-    job = _start(tmp_path, _script(tmp_path))
+# The dynamic loader, run as a program: how the local cluster runs another Slurm release's commands
+# (rehearsal/slurmroot.py: ROOT/lib64/ld-linux-x86-64.so.2 --inhibit-cache --library-path ... --argv0
+# srun ROOT/usr/bin/srun ...). Its process name is the loader's, srun only one word of its argv.
+LOADERS = sorted(Path("/").glob("lib*/ld-linux*.so.*"))
+
+
+def _loader(tmp_path: Path, how: str) -> list[str]:
+    """The words before the fake srun: none, or the loader with a root's options running an ELF
+    named srun (bash, which then runs the fake srun script given after these words)."""
+    if how == "direct":
+        return []
+    if not LOADERS:
+        pytest.skip("no dynamic loader at /lib*/ld-linux*.so.*")
+    elf = tmp_path / "root" / "usr" / "bin" / "srun"
+    elf.parent.mkdir(parents=True)
+    elf.symlink_to(os.path.realpath(shutil.which("bash")))
+    root_libs = str(tmp_path / "root" / "lib")
+    return [str(LOADERS[0]), "--inhibit-cache", "--library-path", root_libs, "--argv0", "srun", str(elf)]
+
+
+@pytest.mark.parametrize("how", ["direct", "through a loader"])
+def test_notice_reaches_the_command_and_steps_never_srun(tmp_path, how):
+    job = _start(tmp_path, _script(tmp_path, _loader(tmp_path, how)))
     try:
         _wait_for(tmp_path / "ready")
         job.send_signal(signal.SIGUSR1)  # what the watcher's scancel --signal=USR1 --batch does
@@ -124,3 +150,74 @@ def test_the_forward_signal_is_the_one_passed_to_steps(tmp_path):
         job.wait(20)
     assert _read(tmp_path / "scancel.args") == "--signal=USR2 4242.0\n"
     assert "USR2" not in _read(tmp_path / "srun.log")
+
+
+# ------------------------------------------------------------------ sp_is_srun: argv is data
+
+
+def _is_srun(tmp_path: Path, argv: list[str]) -> bool:
+    """Run ``argv`` and ask the generated script's own sp_is_srun about that process."""
+    script = _script(tmp_path).read_text()
+    start = script.index("sp_is_srun() {")
+    function = script[start : script.index("\n}\n", start) + 3]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_exec(proc.pid, argv[0])
+        comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        check = f'{function}\nsp_is_srun "$1" "$2"'
+        answer = subprocess.run(["bash", "-c", check, "check", str(proc.pid), comm], check=False)
+        assert proc.poll() is None, f"{argv} ended before it was asked about"
+        return answer.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_for_exec(pid: int, program: str, timeout: float = 20.0) -> None:
+    """Popen may return before the child has exec'd (its name and argv are still Python's)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] != os.fsencode(program):
+        assert time.monotonic() < deadline, f"{program} never started"
+        time.sleep(0.01)
+
+
+def _elf(tmp_path: Path, name: str) -> str:
+    """An executable called ``name`` that the loader can run: bash under that name."""
+    path = tmp_path / "elf" / name
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        path.symlink_to(os.path.realpath(shutil.which("bash")))
+    return str(path)
+
+
+SLEEP = ["-c", "sleep 30; :"]  # bash stays the process (a lone command would be exec'd)
+TRICKY = ["srun", "/usr/bin/srun", "--argv0", "--library-path", "--", "-", "ld.so", "x\nsrun", " srun"]
+
+
+@pytest.mark.skipif(not LOADERS, reason="no dynamic loader at /lib*/ld-linux*.so.*")
+def test_srun_through_a_loader_is_known_by_its_program(tmp_path):
+    loader = str(LOADERS[0])
+    assert _is_srun(tmp_path, [loader, _elf(tmp_path, "srun"), *SLEEP])
+    root = ["--inhibit-cache", "--library-path", "/r/lib", "--argv0", "srun"]
+    assert _is_srun(tmp_path, [loader, *root, _elf(tmp_path, "srun"), *SLEEP, *TRICKY])
+    # The options' values and the program's arguments are never the program.
+    assert not _is_srun(tmp_path, [loader, "--argv0", "srun", _elf(tmp_path, "python"), *SLEEP])
+    assert not _is_srun(tmp_path, [loader, "--library-path", "/srun", _elf(tmp_path, "python"), *SLEEP])
+    assert not _is_srun(tmp_path, [loader, _elf(tmp_path, "python"), *SLEEP, *TRICKY])
+    # A program whose own name is srun but that is no loader is known by that name only.
+    assert not _is_srun(tmp_path, [_elf(tmp_path, "python"), *SLEEP, "srun"])
+
+
+@pytest.mark.skipif(not LOADERS, reason="no dynamic loader at /lib*/ld-linux*.so.*")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    args=st.lists(
+        st.sampled_from(TRICKY)
+        | st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),
+        max_size=5,
+    )
+)
+def test_no_argument_makes_a_loaded_program_srun(tmp_path, args):
+    loader = str(LOADERS[0])
+    assert not _is_srun(tmp_path, [loader, _elf(tmp_path, "python"), *SLEEP, *args])
+    assert _is_srun(tmp_path, [loader, _elf(tmp_path, "srun"), *SLEEP, *args])

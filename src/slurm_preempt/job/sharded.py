@@ -18,13 +18,14 @@ Saving, on every rank, in step (``agreement`` carries each exchange):
    ``shard-<rank>.json`` durably;
 3. the ranks agree that every part is durable; if any rank failed, the scratch folder is dropped and
    every rank raises ``CheckpointError`` (the previous checkpoint stays the newest);
-4. rank 0 writes ``MANIFEST.json`` from the parts and commits the folder with the store's own
-   ``commit.commit`` (fsync, rename to the next free generation of the step, fsync the store folder),
+4. rank 0 writes ``MANIFEST.json`` from the parts and commits the folder through the store's own
+   ``commit.Scratch`` it opened on that folder in step 2 (drop ``.owner``, fsync, rename to the next
+   free generation of the step, fsync the store folder: the protocol lives in ``commit.py`` only),
    then prunes with ``commit.prune``; a last exchange tells every rank whether the commit happened.
 
 A rank killed anywhere leaves either no new checkpoint (a scratch folder whose ``.owner`` is rank 0's,
-swept by ``commit.sweep`` once that process is gone) or a complete one: the rename happens only after
-every part was durable.
+with its heartbeat, swept by ``commit.sweep`` once that process is gone) or a complete one: the rename
+happens only after every part was durable.
 
 Restoring, on every rank, in step: each rank proposes its newest step below the last one rejected and
 the ranks take the newest proposed; each rank verifies its share of that checkpoint's files (file i
@@ -44,7 +45,6 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,8 +55,8 @@ from slurm_preempt.job import commit
 from slurm_preempt.job.agreement import Agreement
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.checkpoint_io import Damaged, checksum_path, verify_file, write_file
-from slurm_preempt.job.commit import Owner, step_name
-from slurm_preempt.job.snapshot import MANIFEST, OWNER_FILE, snapshot_of
+from slurm_preempt.job.commit import Owner, Scratch, step_name
+from slurm_preempt.job.snapshot import MANIFEST, snapshot_of
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class ShardedStore:
         self.agreement = agreement
         self.rank, self.world = agreement.rank, agreement.world
         self.owner = Owner.current()
+        self._record: Scratch | None = None  # rank 0's hold on the folder being written
 
     # ------------------------------------------------------------------------------------ saving
 
@@ -105,9 +106,10 @@ class ShardedStore:
         folder = self._scratch(self._agreed_nonce())
         outcome = self._guard(lambda: self._write_part(folder, write))
         self._settle(outcome, folder, f"writing the parts of step {step}")
-        if self.rank == 0:
-            outcome = self._guard(lambda: self._commit(folder, step, meta, fmt, started))
-        else:  # rank 0 alone reads the parts and writes the manifest
+        if self._record is not None:  # rank 0 alone reads the parts, writes the manifest, commits
+            record = self._record
+            outcome = self._guard(lambda: self._commit(record, step, meta, fmt, started))
+        else:
             outcome = None
         self._settle(outcome, folder, f"committing step {step}")
         if outcome is None:  # committed by rank 0: as the manifest says, when this rank can read it
@@ -143,16 +145,23 @@ class ShardedStore:
         failed = self.agreement.agree([int(failed_here)])[0]
         if not failed:
             return
-        if self.rank == 0:
-            commit.remove_tree(folder)
+        if self._record is not None:
+            self._record.abort()
+            self._record = None
+        elif self.rank == 0:
+            commit.remove_tree(folder)  # rank 0 failed before it held the folder
         if failed_here:
             raise CheckpointError(f"rank {self.rank}: {what} failed: {outcome}") from outcome
         raise CheckpointError(f"{what} failed on another rank; the previous checkpoint stays the newest")
 
     def _write_part(self, folder: Path, write: Writer) -> None:
-        folder.mkdir(parents=True, exist_ok=True)  # each rank: no waiting for rank 0's mkdir to show
         if self.rank == 0:
-            write_file(folder / OWNER_FILE, [json.dumps(asdict(self.owner)).encode()])
+            # The store's scratch folder under the agreed name: its .owner and heartbeat tell any later
+            # sweep whether this save can still finish.
+            self._record = Scratch(self.directory, self.owner, name=folder.name)
+            self._record.start_heartbeat()
+        else:  # no waiting for rank 0's mkdir to show on this node
+            folder.mkdir(parents=True, exist_ok=True)
         names = write(folder)
         mine = sorted(names) if names is not None else self._claimed(folder)
         files = {name: _durable_checksum(folder / name) for name in mine}
@@ -169,7 +178,8 @@ class ShardedStore:
                 names.append(name)
         return sorted(names)
 
-    def _commit(self, folder: Path, step: int, meta: dict | None, fmt: str, started: float) -> Checkpoint:
+    def _commit(self, record: Scratch, step: int, meta: dict | None, fmt: str, started: float) -> Checkpoint:
+        folder = record.path
         files: dict[str, dict] = {}
         ranks: dict[str, list[str]] = {}
         for rank in range(self.world):
@@ -194,9 +204,9 @@ class ShardedStore:
             "ranks": ranks,
             "meta": dict(meta or {}),
         }
-        (folder / OWNER_FILE).unlink(missing_ok=True)
         write_file(folder / MANIFEST, [json.dumps(manifest, indent=1).encode()])
-        final = commit.commit(self.directory, folder, step)  # the store's one way in
+        final = record.commit(step)  # the store's one way in: drop .owner, fsync, rename, fsync
+        self._record = None
         manifest["seconds"] = round(time.monotonic() - started, 6)
         try:
             commit.prune(self.directory, self.store.keep, self.owner)  # the newest ``keep`` steps stay
