@@ -32,26 +32,28 @@ class Batches:
         self.x = torch.randn(SAMPLES, FEATURES, generator=generator)
         self.y = self.x @ torch.arange(1.0, FEATURES + 1) + 0.1 * torch.randn(SAMPLES, generator=generator)
         self.rank, self.world = rank, world
-        self.epoch, self.done, self._skip = 0, 0, 0
+        self.epoch, self.done = 0, 0  # the epoch of this pass, the batches of it done
 
     def __len__(self) -> int:
         return SAMPLES // self.world // BATCH
 
     def __iter__(self):
+        # A new pass after a complete one is the next epoch. Lightning stops asking for batches after
+        # len() of them, so the generator never runs past its last yield: count the epoch here.
+        if self.done >= len(self):
+            self.epoch, self.done = self.epoch + 1, 0
         order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(1000 + self.epoch))
         mine = order[self.rank :: self.world]
-        start, self._skip = self._skip, 0
-        for index in range(start, len(self)):
+        for index in range(self.done, len(self)):
             self.done = index + 1
             picked = mine[index * BATCH : (index + 1) * BATCH]
             yield self.x[picked], self.y[picked]
-        self.epoch, self.done = self.epoch + 1, 0
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "done": self.done}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self._skip = state["epoch"], state["done"]
+        self.epoch, self.done = state["epoch"], state["done"]
 
 
 class Regression(L.LightningModule):

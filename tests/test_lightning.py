@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,28 @@ def test_a_notice_mid_epoch_costs_no_batch(tmp_path):
     resumed = _train(tmp_path, "run", "run.json", "--step-seconds", "0")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from step {final.step}" in resumed.stderr
+    want, got = (json.loads((tmp_path / n).read_text()) for n in ("ref.json", "run.json"))
+    assert got["steps"] == want["steps"] == EPOCHS * STEPS_PER_EPOCH
+    assert got["weights"] == want["weights"]
+
+
+def test_a_checkpoint_after_an_epochs_last_batch_resumes_at_the_next_epoch(tmp_path):
+    """Lightning resumes a checkpoint taken after an epoch's last batch at the next epoch: the data
+    loader's state must say that epoch is over, or the next epoch runs empty (seen on the cluster as
+    a run ending 16 steps short). The periodic checkpoint at step 16 falls exactly there."""
+    reference = _train(tmp_path, "ref", "ref.json", "--step-seconds", "0")
+    assert reference.returncode == 0, reference.stderr
+    every_epoch = ("--every", str(STEPS_PER_EPOCH), "--step-seconds")
+    told = _train(tmp_path, "run", "run.json", "--notice-at-step", "21", *every_epoch, "0.05")
+    assert told.returncode == 0, told.stderr
+    store = CheckpointStore(tmp_path / "run")
+    assert STEPS_PER_EPOCH in store.steps()
+    for path in (tmp_path / "run").glob("step-*"):
+        if int(path.name.split("-")[1].split(".")[0]) > STEPS_PER_EPOCH:
+            shutil.rmtree(path)  # resume from the end of epoch 0
+    resumed = _train(tmp_path, "run", "run.json", *every_epoch, "0")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from step {STEPS_PER_EPOCH}" in resumed.stderr
     want, got = (json.loads((tmp_path / n).read_text()) for n in ("ref.json", "run.json"))
     assert got["steps"] == want["steps"] == EPOCHS * STEPS_PER_EPOCH
     assert got["weights"] == want["weights"]
