@@ -106,6 +106,17 @@ def _check_zero_steps_redone(cl, job_id: str) -> dict:
     return resumed[0]
 
 
+def _job_log(work: Path, name: str, job_id: str) -> str:
+    """The job's log, every attempt's in order: one file (``%x-%j.out``), or one per attempt
+    (``%x-%j.%r.out``, the default from Slurm 25.11)."""
+    one = work / f"{name}-{job_id}.out"
+    if one.exists():
+        return one.read_text()
+    attempts = sorted(work.glob(f"{name}-{job_id}.*.out"), key=lambda p: int(p.name.split(".")[-2]))
+    assert attempts, f"no log of job {job_id} in {work}"
+    return "".join(path.read_text() for path in attempts)
+
+
 def _check_every_rank_told(log: str, world: int) -> None:
     for rank in range(world):
         assert f"rank {rank}: preemption notice" in log, log
@@ -133,7 +144,7 @@ def test_torchrun_two_nodes_survive_a_drain_with_zero_steps_redone(clean_cluster
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told((work / f"tr2-{job_id}.out").read_text(), 2)
+    _check_every_rank_told(_job_log(work, "tr2", job_id), 2)
 
 
 def test_three_nodes_come_back_on_two_and_reshard(clean_cluster, watcher, tmp_path):
@@ -158,7 +169,7 @@ def test_three_nodes_come_back_on_two_and_reshard(clean_cluster, watcher, tmp_pa
     assert resumed["nodes"] == 2 and resumed["previous_nodes"] == 3
     newest = CheckpointStore(work / "ckpt").latest()
     assert newest.manifest["world"] == 2 and newest.manifest["format"] == "dcp"
-    _check_every_rank_told((work / f"tr3-{job_id}.out").read_text(), 3)
+    _check_every_rank_told(_job_log(work, "tr3", job_id), 3)
 
 
 def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluster, watcher, tmp_path):
@@ -177,7 +188,7 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told((work / f"srun2-{job_id}.out").read_text(), 2)
+    _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
 
 
 LIGHTNING = Path(__file__).resolve().parents[1] / "examples" / "train_lightning.py"
@@ -216,7 +227,7 @@ def test_lightning_ddp_job_survives_a_drain_with_zero_steps_redone(clean_cluster
     got = json.loads(result.read_text())
     assert got["steps"] == expected["steps"] and got["weights"] == expected["weights"]
     _check_zero_steps_redone(cl, job_id)  # mid-epoch or not, as the drill falls (tests/test_lightning.py)
-    log = (work / f"lit-{job_id}.out").read_text()
+    log = _job_log(work, "lit", job_id)
     _check_every_rank_told(log, 2)
     assert log.count("requeued (attempt 1 ends)") == 1  # requeued once, by the callback, not by Lightning
     assert "Handling auto-requeue signal" not in log
