@@ -17,6 +17,13 @@ if [ "${WITH_TORCH:-1}" = 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/nul
     echo "test: torch 2.13.0 not installable here (.venv/torch-install.log): the torch tests will skip"
   fi
 fi
+# Lightning (the [lightning] extra) for the Lightning callback's tests, on the torch installed above.
+if [ "${WITH_TORCH:-1}" = 1 ] && .venv/bin/python -c 'import torch' 2>/dev/null \
+    && ! .venv/bin/python -c 'import lightning' 2>/dev/null; then
+  if ! .venv/bin/python -m pip install -q lightning==2.6.6 >.venv/lightning-install.log 2>&1; then
+    echo "test: lightning 2.6.6 not installable here (.venv/lightning-install.log): its tests will skip"
+  fi
+fi
 echo "== lint"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,3 +126,35 @@ class ClusterHandle:
         for node in self.slurm.nodes():
             if not node.available:
                 tc.revive_node(self.state, node.name)
+
+
+SP = str(Path(sys.executable).parent / "slurm-preempt")
+
+
+def submit_generated(cl: ClusterHandle, work: Path, options: list[str], command: list[str]) -> str:
+    """Generate a script with `slurm-preempt sbatch` in ``work`` (created) and submit it."""
+    work.mkdir()
+    script = work / "job.sbatch"
+    subprocess.run(
+        [SP, "sbatch", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"), *options,
+         "--write", str(script), "--", *command],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cl.slurm.submit(str(script))
+
+
+@contextmanager
+def running_watcher(cl: ClusterHandle, log_path: Path, grace: float) -> Iterator[subprocess.Popen]:
+    """The cluster watcher daemon, polling every second, for the length of a test."""
+    log = open(log_path, "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [SP, "watch", "--cluster", "--interval", "1", "--grace", str(grace), "--allow-preemptible-host",
+         "--state-dir", str(cl.spec.state_dir)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

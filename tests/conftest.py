@@ -8,7 +8,8 @@ skip, under CI=true it is a failure (``pytest_runtest_makereport`` below): scrip
 scripts/test.sh install everything, so a skip in CI is a missing package, never a pass. The reasons
 the suite can skip for: Slurm, munge or accounting (slurmdbd, MariaDB) not installed; not root (the
 local cluster, hooks installed as root, files of another owner, a tmpfs mount); torch not installed
-(pip); rsvg-convert missing (Debian's librsvg2-bin).
+(pip); lightning not installed (pip, scripts/test.sh installs it); rsvg-convert missing (Debian's
+librsvg2-bin).
 
 ``--slurm 24.11`` (or ``SP_TEST_SLURM=24.11``) runs the clusters on that Slurm release instead of the
 host's (``slurm_preempt.rehearsal.versions``); scripts/test.sh runs the cluster tests on each release.

@@ -20,6 +20,7 @@ from slurm_preempt.job.agreement import FileAgreement, TorchAgreement
 
 kind, folder = sys.argv[1], sys.argv[4]
 rank, world, signal_step = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
+agree_seconds = float(sys.argv[6])
 env = {"RANK": str(rank), "WORLD_SIZE": str(world)}
 if kind == "torch":
     import torch.distributed as dist
@@ -27,7 +28,7 @@ if kind == "torch":
     agreement = TorchAgreement()
 else:
     agreement = FileAgreement(f"{folder}/meet", rank, world)
-run = Run(f"{folder}/ckpt", every=1000, agreement=agreement, environ=env)
+run = Run(f"{folder}/ckpt", every=1000, agreement=agreement, environ=env, agree_seconds=agree_seconds)
 state = run.restore() or {"step": 0, "total": 0}
 for step in range(state["step"] + 1, 200):
     state = {"step": step, "total": state["total"] + step}
@@ -46,13 +47,22 @@ if kind == "torch":
 SIGNAL_STEPS = {0: 150, 1: 23, 2: 41, 3: 60}
 
 
-def _run_ranks(tmp_path: Path, kind: str) -> list[dict]:
+def _run_ranks(tmp_path: Path, kind: str, agree_seconds: float = 0.0) -> list[dict]:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     world = len(SIGNAL_STEPS)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), kind, str(r), str(world), str(tmp_path), str(s)],
+            [
+                sys.executable,
+                str(script),
+                kind,
+                str(r),
+                str(world),
+                str(tmp_path),
+                str(s),
+                str(agree_seconds),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -67,13 +77,19 @@ def _run_ranks(tmp_path: Path, kind: str) -> list[dict]:
     return results
 
 
-def _check(tmp_path: Path, results: list[dict]) -> None:
+def _check(tmp_path: Path, results: list[dict], paced: bool = False) -> None:
     first = min(SIGNAL_STEPS.values())
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3]
-    assert {r["step"] for r in results} == {first}, results
+    steps = {r["step"] for r in results}
+    assert len(steps) == 1, results  # every rank at the same step boundary
+    agreed = steps.pop()
+    if paced:  # exchanges every K boundaries (K <= 100): the first exchange after the notice
+        assert first <= agreed <= first + 100
+    else:
+        assert agreed == first
     store = CheckpointStore(tmp_path / "ckpt")
-    assert store.steps() == [first]  # written once, by rank 0, at the agreed step
-    assert store.load_latest() == (first, {"step": first, "total": first * (first + 1) // 2})
+    assert store.steps() == [agreed]  # written once, by rank 0, at the agreed step
+    assert store.load_latest() == (agreed, {"step": agreed, "total": agreed * (agreed + 1) // 2})
 
 
 def test_ranks_agree_through_files(tmp_path):
@@ -85,6 +101,11 @@ def test_ranks_agree_through_torch_distributed(tmp_path):
         "torch.distributed", reason="torch is not installed (pip install slurm-preempt[torch])"
     )
     _check(tmp_path, _run_ranks(tmp_path, "torch"))
+
+
+def test_paced_exchanges_still_agree_on_one_step(tmp_path):
+    # Steps of a few microseconds: the ranks exchange every K boundaries, K agreed among them.
+    _check(tmp_path, _run_ranks(tmp_path, "file", agree_seconds=0.2), paced=True)
 
 
 def test_single_process_agreement_is_the_identity():

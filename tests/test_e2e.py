@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import running_watcher, submit_generated, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.rehearsal import drill
 
 pytestmark = pytest.mark.cluster
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
-SP = str(Path(sys.executable).parent / "slurm-preempt")
 STEPS, EVERY = 400, 25
 GRACE = 6.0
 PREEMPTIONS = 6  # more than MaxBatchRequeue's default 5
@@ -45,30 +44,10 @@ def _train(result: Path, step_seconds: float = 0.05) -> list[str]:
             str(step_seconds), "--result", str(result)]  # fmt: skip
 
 
-def _submit_generated(cl, work: Path, options: list[str], command: list[str]) -> str:
-    """Generate a script with `slurm-preempt sbatch` in ``work`` (created) and submit it."""
-    work.mkdir()
-    script = work / "job.sbatch"
-    subprocess.run(
-        [SP, "sbatch", "--chdir", str(work), "--checkpoint-dir", str(work / "ckpt"), *options,
-         "--write", str(script), "--", *command],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cl.slurm.submit(str(script))
-
-
 @pytest.fixture
 def watcher(clean_cluster, tmp_path):
-    log = open(tmp_path / "watch.log", "w")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [SP, "watch", "--cluster", "--interval", "1", "--grace", str(GRACE), "--allow-preemptible-host",
-         "--state-dir", str(clean_cluster.spec.state_dir)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    yield proc
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    with running_watcher(clean_cluster, tmp_path / "watch.log", GRACE) as proc:
+        yield proc
 
 
 def test_six_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp_path):
@@ -77,7 +56,7 @@ def test_six_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp
     work = tmp_path / "job"
     result = work / "result.json"
     # 0.2 s a step: six preemptions (~10 s each) come before the 80 s of work is done.
-    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result, step_seconds=0.2))
+    job_id = submit_generated(cl, work, ["--job-name", "e2e"], _train(result, step_seconds=0.2))
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
     for _round in range(PREEMPTIONS):
         cl.wait_state(job_id, "RUNNING", timeout=30)
@@ -116,7 +95,7 @@ def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluste
     sweep = tmp_path / "sweep.py"
     sweep.write_text(SWEEP.format(example=str(EXAMPLE), work=work))
     options = ["--job-name", "sweep", "--array", "0-5", "--cpus-per-task", "8"]
-    array_id = _submit_generated(cl, work, options, [sys.executable, str(sweep)])
+    array_id = submit_generated(cl, work, options, [sys.executable, str(sweep)])
 
     def started():
         tasks = [j for j in cl.slurm.jobs() if j.array_job_id == array_id and j.running]
@@ -149,7 +128,7 @@ def test_elastic_job_comes_back_on_fewer_nodes(clean_cluster, watcher, tmp_path)
     expected = _reference(tmp_path / "ref")
     work = tmp_path / "elastic"
     result = work / "result.json"
-    job_id = _submit_generated(cl, work, ["--job-name", "elastic", "--nodes", "1-2"], _train(result))
+    job_id = submit_generated(cl, work, ["--job-name", "elastic", "--nodes", "1-2"], _train(result))
     first = cl.wait_state(job_id, "RUNNING", timeout=30)
     assert len(first.nodes) == 2
     preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
@@ -176,7 +155,7 @@ def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp
     expected = _reference(tmp_path / "ref")
     work = tmp_path / "nowatch"
     result = work / "result.json"
-    job_id = _submit_generated(cl, work, ["--job-name", "nowatch"], _train(result))
+    job_id = submit_generated(cl, work, ["--job-name", "nowatch"], _train(result))
     node = cl.wait_state(job_id, "RUNNING", timeout=30).nodes[0]
     wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)

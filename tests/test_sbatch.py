@@ -235,6 +235,29 @@ def test_torchrun_template_uses_the_allocation_and_the_node_address():
     assert options_of(script)["nodes"] == ["2-4"]
 
 
+@pytest.mark.parametrize(
+    ("command", "no_python"),
+    [
+        (("python", "train.py"), True),
+        (("python3.11", "-m", "pkg.train"), True),
+        (("/opt/venv/bin/python3", "train.py"), True),
+        (("train.py", "--lr", "3e-4"), False),
+        (("pythonic.py",), False),
+    ],
+)
+def test_torchrun_runs_a_leading_interpreter_as_given(command, no_python):
+    made = make(command=command, template="torchrun", nodes="2")
+    assert ("--no-python" in made.script) is no_python
+    explained = gen.explain(made.spec)
+    assert ("torchrun runs `" in explained) is no_python
+
+
+def test_torchrun_agent_ignores_usr_signals_and_waits_the_grace_for_its_workers():
+    script = make(command=("train.py",), template="torchrun", nodes="2", grace="120").script
+    assert 'bash -c \'trap "" USR1 USR2; exec "$@"\' torchrun-agent' in script
+    assert 'TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-120}"' in script
+
+
 def test_user_template_gets_the_documented_variables(tmp_path):
     path = tmp_path / "mine.sh.j2"
     path.write_text(

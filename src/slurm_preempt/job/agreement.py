@@ -5,8 +5,8 @@ step 100 and others at step 101 is worthless. So ``Run`` never acts on its local
 boundary all ranks exchange them and act on the element-wise maximum. Implementations:
 
 - ``SingleProcess``: one rank, nothing to exchange.
-- ``TorchAgreement``: ``torch.distributed.all_reduce(MAX)`` of a small int tensor (gloo or NCCL); the
-  collective is itself the step-boundary barrier.
+- ``TorchAgreement``: ``torch.distributed.all_reduce(MAX)`` of a small int tensor on the CPU (over a
+  gloo group beside NCCL); the collective is itself the step-boundary barrier.
 - ``FileAgreement``: ranks meet through files in a shared folder (no torch, no sockets); for tests and
   for multi-process jobs without a communication library.
 
@@ -48,9 +48,14 @@ class SingleProcess:
 
 
 class TorchAgreement:
-    """All-reduce MAX over the default torch.distributed process group (must be initialised)."""
+    """All-reduce MAX of a few int64 on the CPU, over torch.distributed (which must be initialised).
 
-    def __init__(self, device: str | None = None):
+    The flags never touch the GPU: reading a CUDA result back would wait for every kernel queued so far
+    at each step boundary. When the default group is not gloo (NCCL), one gloo group over the same ranks
+    is made here (a collective: every rank builds its Run at the same point) and carries the flags.
+    """
+
+    def __init__(self, group=None):
         import torch
         import torch.distributed as dist
 
@@ -58,13 +63,13 @@ class TorchAgreement:
             raise SlurmPreemptError("torch.distributed is not initialised: call init_process_group first")
         self._torch, self._dist = torch, dist
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        if device is None:
-            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        self.device = device
+        if group is None and dist.get_backend() != "gloo":
+            group = dist.new_group(backend="gloo")
+        self.group = group
 
     def agree(self, flags: Sequence[int]) -> list[int]:
-        tensor = self._torch.tensor([int(f) for f in flags], dtype=self._torch.int64, device=self.device)
-        self._dist.all_reduce(tensor, op=self._dist.ReduceOp.MAX)
+        tensor = self._torch.tensor([int(f) for f in flags], dtype=self._torch.int64)
+        self._dist.all_reduce(tensor, op=self._dist.ReduceOp.MAX, group=self.group)
         return [int(v) for v in tensor.tolist()]
 
 

@@ -210,12 +210,22 @@ def _legacy_owner(name: str) -> Owner | None:
 class Scratch:
     """A folder being written, with its owner record and heartbeat."""
 
-    def __init__(self, directory: Path, owner: Owner):
+    def __init__(self, directory: Path, owner: Owner, name: str | None = None):
+        """``name``: a ``.tmp-`` name the caller drew, for a folder several writers share (the ranks of
+        a sharded save; one of them may have made it already); by default one of this owner's own."""
         self.owner = owner
-        nonce = os.urandom(4).hex()
-        self.path = directory / f".tmp-{_short_host(owner.host)}-{owner.pid}-{nonce}"
+        shared = name is not None
+        if name is None:
+            name = f".tmp-{_short_host(owner.host)}-{owner.pid}-{os.urandom(4).hex()}"
+        elif not name.startswith(".tmp-") or "/" in name:
+            raise ValueError(f"a scratch folder is named .tmp-...: {name!r}")
+        self.path = directory / name
         fs_step("mkdir scratch")
-        os.mkdir(self.path)
+        try:
+            os.mkdir(self.path)
+        except FileExistsError:
+            if not shared:
+                raise
         try:
             fs_step("write owner")
             record = self.path / OWNER_FILE

@@ -9,9 +9,14 @@ pulls in ClusterShell) is imported only when a requeue is actually asked for.
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
 from dataclasses import dataclass
 
 from slurm_preempt.job.environment import JobEnv, LedgerWriter, requeue_id
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -40,3 +45,24 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
         how="scontrol requeue",
     )
     return Outcome(True, f"job {env.job_id} requeued (attempt {env.restart_count + 1} ends)")
+
+
+# When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.
+FALLBACK_WAIT_PAST_DEADLINE = 300.0
+
+
+def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: float | None) -> None:
+    """Slurm could not be asked to requeue. Exit with the site's RequeueExit code when configured; else
+    stay alive until the node goes (Slurm requeues a --requeue job killed by NODE_FAIL or preemption)."""
+    if requeue_exit_code is not None:
+        log.warning(
+            "%s; exiting %d (requeue_exit_code) so RequeueExit= requeues the job", message, requeue_exit_code
+        )
+        sys.exit(int(requeue_exit_code))
+    wait = max(seconds_left or 0.0, 0.0) + FALLBACK_WAIT_PAST_DEADLINE
+    log.warning(
+        "%s; checkpoint saved; waiting up to %.0f s for Slurm to end and requeue the job", message, wait
+    )
+    time.sleep(wait)
+    log.error("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
+    sys.exit(1)

@@ -43,13 +43,13 @@ from slurm_preempt.job.environment import (
     fresh_notice,
     ledger_writer,
 )
+from slurm_preempt.job.pacing import Pacer
+from slurm_preempt.job.sharded import KIND as SHARDED
+from slurm_preempt.job.sharded import ShardedStore, Writer
 from slurm_preempt.notice import Notice
 from slurm_preempt.notice import deadline as deadline_of
 
 log = logging.getLogger(__name__)
-
-# When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.
-FALLBACK_WAIT_PAST_DEADLINE = 300.0
 
 
 class Run:
@@ -75,6 +75,8 @@ class Run:
         install_signals: bool = True,
         torch: bool = False,
         log_to_stderr: bool | None = None,
+        sharded: bool = False,
+        agree_seconds: float | None = None,
     ):
         env = os.environ if environ is None else environ
         folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
@@ -95,6 +97,10 @@ class Run:
         self.notice_poll = settings.notice_poll
         self.agreement = agreement or agreement_mod.default(self.env.world)
         self.writer = (self.env.rank == 0) if writer is None else writer
+        # Sharded: every rank writes its part of each checkpoint (DCP), one commit makes them visible.
+        self.sharded = ShardedStore(folder, self.agreement, self.store.keep) if sharded else None
+        seconds = settings.agree_seconds if agree_seconds is None else agree_seconds
+        self._pacer = Pacer(seconds if self.agreement.world > 1 else 0.0)
         self._ledger = ledger_writer(self.env)
         self.step = 0
         self.restored: Checkpoint | None = None
@@ -142,18 +148,42 @@ class Run:
 
     # ------------------------------------------------------------------------------------ restore
 
-    def restore(self) -> Any:
-        """The payload of the newest intact checkpoint (falls back past damaged ones), or None."""
-        restored = self.store.restore()  # verified while loaded: each file read once
-        if restored is None:
+    def restore(self, into: dict | None = None) -> Any:
+        """The payload of the newest intact checkpoint (falls back past damaged ones), or None.
+
+        Sharded (``Run(sharded=True)``, every rank calls it): ``into`` is the state dict to fill in
+        place (tensors, DTensors, FSDP2 shards laid out for this world size; DCP reshards); returns it
+        filled, or None on every rank when no checkpoint is complete and loadable everywhere."""
+        done = self._restore_sharded(into) if self.sharded is not None else self._restore_whole()
+        if done is None:
             return None
-        found, payload = restored
+        found, payload = done
+        self.adopt(found)
+        return payload
+
+    def adopt(self, found: Checkpoint) -> None:
+        """Take ``found`` as the checkpoint this attempt resumed from (``restore`` does; a framework
+        that loads checkpoints itself, such as Lightning, calls it after loading)."""
         self.restored, self.step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
         self._notice_checked = float("-inf")  # re-read the notice with the handled events known
         if self.writer:
             self._say_resumed(found)
-        return payload
+
+    def _restore_whole(self) -> tuple[Checkpoint, Any] | None:
+        restored = self.store.restore()  # verified while loaded: each file read once
+        if restored is not None and restored[0].kind == SHARDED:
+            path = restored[0].path
+            raise CheckpointError(f"{path} is sharded (every rank wrote a part): use Run(sharded=True)")
+        return restored
+
+    def _restore_sharded(self, into: dict | None) -> tuple[Checkpoint, Any] | None:
+        if into is None:
+            raise CheckpointError("a sharded restore loads in place: pass restore(into=state_dict)")
+        from slurm_preempt.job import dcpstate
+
+        assert self.sharded is not None
+        return self.sharded.restore(dcpstate.loader(into))
 
     def _say_resumed(self, found: Checkpoint) -> None:
         before = self.previous_nodes
@@ -241,21 +271,25 @@ class Run:
         step boundary (it exchanges flags with the other ranks)."""
         if self._stopping:
             return not self._final_saved
+        every_due = bool(self.every and step % self.every == 0 and step != self.step)  # same on all ranks
+        if not self._pacer.due():
+            return every_due
         local_stop = int(self.notified and not self._requeuing)
-        due = int(self._interval_due(step))
-        stop, due = self.agreement.agree([local_stop, due])
+        interval_due = int(bool(self.interval and time.monotonic() - self._last_save >= self.interval))
+        stop, due, minus_every = self.agreement.agree([local_stop, interval_due, -self._pacer.proposal()])
+        self._pacer.agreed(-minus_every)
         if stop:
             self._stopping = True
             left = self.seconds_left
             when = f"{left:.0f} s left" if left is not None else "no deadline known"
-            if self.writer:
-                log.info("preemption notice (%s): final checkpoint at step %d, %s", self._cause(), step, when)
-        return bool(stop or due)
+            log.info(
+                "%spreemption notice (%s): final checkpoint at step %d, %s",
+                self._rank_prefix(), self._cause(), step, when,
+            )  # fmt: skip
+        return bool(stop or due or every_due)
 
-    def _interval_due(self, step: int) -> bool:
-        if self.every and step % self.every == 0 and step != self.step:
-            return True
-        return bool(self.interval and time.monotonic() - self._last_save >= self.interval)
+    def _rank_prefix(self) -> str:
+        return f"rank {self.agreement.rank}: " if self.agreement.world > 1 else ""
 
     def _cause(self) -> str:
         notice = self.notice
@@ -267,6 +301,11 @@ class Run:
         """Checkpoint ``state`` at ``step`` (writer rank only; others return at once). The final
         checkpoint after a notice is always synchronous, and every rank learns whether it succeeded."""
         final = self._stopping
+        if self.sharded is not None:
+            from slurm_preempt.job import dcpstate
+
+            self.save_parts(step, dcpstate.writer(state), dcpstate.FORMAT, meta)
+            return
         error = None
         if self.writer:
             try:
@@ -286,13 +325,7 @@ class Run:
         done = self.store.wait()  # surfaces a failed background save
         if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
-        meta.update(
-            job_id=self.env.job_id,
-            attempt=self.attempt,
-            num_nodes=self.nodes,
-            node_list=self.env.node_list,
-            handled_events=sorted(self._handled_events | self._current_event()),
-        )
+        self._add_meta(meta)
         found: Checkpoint | None = None
         if self.torch:
             found = self.store.save_torch(step, state, meta, background=background)
@@ -302,6 +335,28 @@ class Run:
             found = self.store.save(step, state, meta)
         if found is not None:  # a background save is recorded when it is done (next save or wait)
             self._record_saved(found)
+
+    def _add_meta(self, meta: dict) -> None:
+        meta.update(
+            job_id=self.env.job_id,
+            attempt=self.attempt,
+            num_nodes=self.nodes,
+            node_list=self.env.node_list,
+            handled_events=sorted(self._handled_events | self._current_event()),
+        )
+
+    def save_parts(self, step: int, write: Writer, fmt: str = "files", meta: dict | None = None) -> None:
+        """Sharded (``Run(sharded=True)``, every rank calls it): ``write(folder)`` writes this rank's
+        part of checkpoint ``step`` (e.g. Lightning's ``trainer.save_checkpoint``); one commit makes
+        all parts visible; every rank raises CheckpointError if any part failed."""
+        if self.sharded is None:
+            raise CheckpointError("save_parts needs Run(sharded=True)")
+        final, meta = self._stopping, dict(meta or {})
+        self._add_meta(meta)
+        found = self.sharded.save(step, write, meta, fmt=fmt)
+        if self.writer:
+            self._record_saved(found)
+        self.step, self._last_save, self._final_saved = step, time.monotonic(), final
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
@@ -345,7 +400,7 @@ class Run:
                 "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self.step, exit_code
             )
             sys.exit(exit_code)
-        from slurm_preempt.job.requeue import requeue_self
+        from slurm_preempt.job.requeue import fallback_exit, requeue_self
 
         outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
         if outcome.ok:
@@ -384,23 +439,6 @@ class Run:
             log.warning("cannot write %s (%s): a notice now would run the finished job again", done, exc)
 
 
-def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: float | None) -> None:
-    """Slurm could not be asked to requeue. Exit with the site's RequeueExit code when configured; else
-    stay alive until the node goes (Slurm requeues a --requeue job killed by NODE_FAIL or preemption)."""
-    if requeue_exit_code is not None:
-        log.warning(
-            "%s; exiting %d (requeue_exit_code) so RequeueExit= requeues the job", message, requeue_exit_code
-        )
-        sys.exit(int(requeue_exit_code))
-    wait = max(seconds_left or 0.0, 0.0) + FALLBACK_WAIT_PAST_DEADLINE
-    log.warning(
-        "%s; checkpoint saved; waiting up to %.0f s for Slurm to end and requeue the job", message, wait
-    )
-    time.sleep(wait)
-    log.error("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
-    sys.exit(1)
-
-
 def _seconds(text: str | None) -> float | None:
     try:
         value = float(text) if text else None
@@ -409,4 +447,4 @@ def _seconds(text: str | None) -> float | None:
     return value if value and value > 0 else None
 
 
-__all__ = ["Run", "SlurmPreemptError", "fallback_exit"]
+__all__ = ["Run", "SlurmPreemptError"]

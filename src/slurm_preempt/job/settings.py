@@ -34,6 +34,7 @@ class ResumeSettings:
     keep: int = DEFAULT_KEEP  # checkpoints kept
     notice_poll: float = 1.0  # seconds between reads of the notice file
     requeue_exit_code: int | None = None  # exit code when `scontrol requeue` is impossible
+    agree_seconds: float = 0.2  # multi-rank: ranks exchange flags about this often (job/pacing.py)
 
 
 def _seconds(value: Any) -> float:
@@ -70,6 +71,7 @@ READERS = {
     "keep": _keep,
     "notice_poll": _seconds,
     "requeue_exit_code": _exit_code,
+    "agree_seconds": _seconds,
 }
 
 

@@ -278,9 +278,37 @@ def explain(spec: JobSpec) -> str:
             "Array: each task has its own log, checkpoint folder and restart count; a notice requeues "
             "only that task (its own SLURM_JOB_ID), never the whole array."
         )
+    paras.append(_signal_paths(spec))
     if spec.template == "torchrun":
-        paras.append(
-            f"torchrun: every attempt rendezvouses on the first node of its allocation (its NodeAddr), "
-            f"port {spec.rdzv_port}, with --nnodes set to the nodes actually allocated."
-        )
+        paras.append(_torchrun_words(spec))
     return "\n\n".join(paras) + "\n"
+
+
+def _signal_paths(spec: JobSpec) -> str:
+    forward = f"SIG{spec.forward_signal or 'TERM'}"
+    return (
+        f"How {forward} reaches the command: its own processes get it directly, except srun, which "
+        "answers SIGTERM by killing its step at once; every srun step gets it through Slurm "
+        f"(scancel --signal={forward[3:]} JOB.STEP), which signals each process of the step on every node "
+        "while srun waits for the tasks to end by themselves. If the command exits while an srun it "
+        f"started still runs (a wrapper script), the script waits for that srun, at most {spec.grace} s, "
+        "before it requeues the job."
+    )
+
+
+def _torchrun_words(spec: JobSpec) -> str:
+    words = (
+        f"torchrun: every attempt rendezvouses on the first node of its allocation (its NodeAddr), "
+        f"port {spec.rdzv_port}, with --nnodes set to the nodes actually allocated. Its agent passes "
+        f"SIGTERM on to the workers and kills them {spec.grace} s later (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; "
+        "torchrun before PyTorch PR 172596 (2026) always after 30 s); it ignores USR1 and USR2, which "
+        "reach the workers from Slurm."
+    )
+    if spec.torchrun_no_python:
+        words += (
+            f" The command starts with a Python interpreter ({spec.command[0]}): torchrun would run its "
+            "own Python with that binary as the script, so the script passes --no-python and torchrun "
+            f"runs `{shlex.join(spec.command)}` as given (without the -u torchrun adds: "
+            "--env PYTHONUNBUFFERED=1 for unbuffered logs)."
+        )
+    return words

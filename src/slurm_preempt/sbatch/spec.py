@@ -85,6 +85,7 @@ class JobSpec:
     rdzv_port: int = DEFAULTS["rdzv_port"]
     torchrun: str = "torchrun"
     slurm_version: tuple[int, int] | None = None  # the cluster's release, when known (--slurm-version)
+    torchrun_no_python: bool = False  # the command starts with a Python interpreter
 
     @property
     def per_attempt_logs(self) -> bool:
@@ -333,6 +334,16 @@ def _torchrun(spec: JobSpec, s: dict) -> None:
     spec.rdzv_port = positive_int("--rdzv-port", s.get("rdzv_port") or DEFAULTS["rdzv_port"], 1024, 65535)
     if s.get("torchrun"):
         spec.torchrun = check_arg("--torchrun", str(s["torchrun"]))
+    spec.torchrun_no_python = starts_with_python(spec.command)
+
+
+_PYTHON_RE = re.compile(r"^python[0-9.]*$")
+
+
+def starts_with_python(command: list[str]) -> bool:
+    """``python train.py``, ``python3.11 -m pkg``, ``/opt/venv/bin/python ...``: torchrun runs its own
+    Python on the first word, so given an interpreter it must be told ``--no-python``."""
+    return bool(command) and bool(_PYTHON_RE.match(Path(command[0]).name))
 
 
 def _check_template_fit(spec: JobSpec) -> None:

@@ -1,0 +1,223 @@
+"""How a generated script passes a notice on, run outside Slurm with stand-ins for srun and the Slurm
+commands: the command's own processes get the forward signal, srun never does (SIGTERM makes srun
+kill its step at once), each numbered step is signalled through scancel, and after the command exits
+the script waits for an srun it left behind before it requeues. The same on the real cluster, with
+real srun and torchrun: tests/test_multinode_cluster.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_preempt.config import Config
+from slurm_preempt.sbatch import render as gen
+
+# The command: a program that starts an "srun" in its own process group, records the signals it gets,
+# and exits 0 shortly after the first one (as a program that saves on SIGTERM would).
+TARGET = r"""
+import os, signal, subprocess, sys, time
+work, loader = sys.argv[1], sys.argv[2:]
+got = []
+signal.signal(signal.SIGTERM, lambda n, f: got.append(signal.Signals(n).name))
+subprocess.Popen([*loader, os.path.join(work, "bin", "srun")])
+open(os.path.join(work, "ready"), "w").close()
+while not got:
+    time.sleep(0.02)
+time.sleep(0.3)
+with open(os.path.join(work, "target.log"), "w") as out:
+    out.write(" ".join(got))
+"""
+
+# Stand-ins: srun (its process name is "srun") records any signal and runs until released; squeue
+# lists a numbered step beside the batch and extern steps; scancel and scontrol record their argv.
+FAKES = {
+    "srun": """#!/bin/bash
+for sig in TERM INT HUP USR1 USR2; do trap "echo $sig >> '{work}/srun.log'" $sig; done
+while [ ! -e '{work}/release' ]; do sleep 0.05; done
+echo released >> '{work}/srun.log'
+""",
+    "squeue": """#!/bin/bash
+echo "$*" >> '{work}/squeue.args'
+printf '%s\\n' "$SLURM_JOB_ID.0" "$SLURM_JOB_ID.batch" "$SLURM_JOB_ID.extern"
+""",
+    "scancel": """#!/bin/bash
+echo "$*" >> '{work}/scancel.args'
+""",
+    "scontrol": """#!/bin/bash
+echo "$*" >> '{work}/scontrol.args'
+""",
+}
+
+
+def _wait_for(path: Path, text: str = "", timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and text in path.read_text()):
+        assert time.monotonic() < deadline, f"{path} never held {text!r}"
+        time.sleep(0.02)
+
+
+def _script(tmp_path: Path, loader: list[str] = (), **options) -> Path:
+    target = tmp_path / "target.py"
+    target.write_text(TARGET)
+    settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30", **options}
+    made = gen.generate(settings, [sys.executable, str(target), str(tmp_path), *loader], Config())
+    return gen.write_script(made.script, tmp_path / "job.sh")
+
+
+def _start(tmp_path: Path, script: Path) -> subprocess.Popen:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in FAKES.items():
+        (bin_dir / name).write_text(text.format(work=tmp_path))
+        (bin_dir / name).chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PREEMPT_STATE_DIR": str(tmp_path / "state"),
+    }
+    env.pop("SLURM_ARRAY_TASK_ID", None)
+    log = open(tmp_path / "job.out", "w")  # noqa: SIM115 (closed by the caller)
+    return subprocess.Popen(["bash", str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+# The dynamic loader, run as a program: how the local cluster runs another Slurm release's commands
+# (rehearsal/slurmroot.py: ROOT/lib64/ld-linux-x86-64.so.2 --inhibit-cache --library-path ... --argv0
+# srun ROOT/usr/bin/srun ...). Its process name is the loader's, srun only one word of its argv.
+LOADERS = sorted(Path("/").glob("lib*/ld-linux*.so.*"))
+
+
+def _loader(tmp_path: Path, how: str) -> list[str]:
+    """The words before the fake srun: none, or the loader with a root's options running an ELF
+    named srun (bash, which then runs the fake srun script given after these words)."""
+    if how == "direct":
+        return []
+    if not LOADERS:
+        pytest.skip("no dynamic loader at /lib*/ld-linux*.so.*")
+    elf = tmp_path / "root" / "usr" / "bin" / "srun"
+    elf.parent.mkdir(parents=True)
+    elf.symlink_to(os.path.realpath(shutil.which("bash")))
+    root_libs = str(tmp_path / "root" / "lib")
+    return [str(LOADERS[0]), "--inhibit-cache", "--library-path", root_libs, "--argv0", "srun", str(elf)]
+
+
+@pytest.mark.parametrize("how", ["direct", "through a loader"])
+def test_notice_reaches_the_command_and_steps_never_srun(tmp_path, how):
+    job = _start(tmp_path, _script(tmp_path, _loader(tmp_path, how)))
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)  # what the watcher's scancel --signal=USR1 --batch does
+        _wait_for(tmp_path / "target.log")
+        _wait_for(tmp_path / "scancel.args")
+        _wait_for(tmp_path / "job.out", "waiting for its srun steps to end")
+        assert job.poll() is None, _read(tmp_path / "job.out")  # srun still runs: no requeue yet
+        (tmp_path / "release").touch()
+        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+    finally:
+        (tmp_path / "release").touch()
+        job.kill()
+    assert _read(tmp_path / "target.log") == "SIGTERM"
+    assert _read(tmp_path / "srun.log") == "released\n"  # srun itself was never signalled
+    # Numbered steps only, never the batch shell itself (nor the extern step), named by the job.
+    assert _read(tmp_path / "squeue.args").split() == ["-h", "-s", "-j", "4242", "-o", "%i"]
+    assert _read(tmp_path / "scancel.args") == "--signal=TERM 4242.0\n"
+    assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
+    assert "requeueing job 4242" in _read(tmp_path / "job.out")
+
+
+def test_the_forward_signal_is_the_one_passed_to_steps(tmp_path):
+    job = _start(tmp_path, _script(tmp_path, forward_signal="USR2"))
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)
+        _wait_for(tmp_path / "scancel.args")
+    finally:
+        (tmp_path / "release").touch()
+        job.kill()
+        job.wait(20)
+    assert _read(tmp_path / "scancel.args") == "--signal=USR2 4242.0\n"
+    assert "USR2" not in _read(tmp_path / "srun.log")
+
+
+# ------------------------------------------------------------------ sp_is_srun: argv is data
+
+
+def _is_srun(tmp_path: Path, argv: list[str]) -> bool:
+    """Run ``argv`` and ask the generated script's own sp_is_srun about that process."""
+    script = _script(tmp_path).read_text()
+    start = script.index("sp_is_srun() {")
+    function = script[start : script.index("\n}\n", start) + 3]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_exec(proc.pid, argv[0])
+        comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        check = f'{function}\nsp_is_srun "$1" "$2"'
+        answer = subprocess.run(["bash", "-c", check, "check", str(proc.pid), comm], check=False)
+        assert proc.poll() is None, f"{argv} ended before it was asked about"
+        return answer.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_for_exec(pid: int, program: str, timeout: float = 20.0) -> None:
+    """Popen may return before the child has exec'd (its name and argv are still Python's)."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] != os.fsencode(program):
+        assert time.monotonic() < deadline, f"{program} never started"
+        time.sleep(0.01)
+
+
+def _elf(tmp_path: Path, name: str) -> str:
+    """An executable called ``name`` that the loader can run: bash under that name."""
+    path = tmp_path / "elf" / name
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        path.symlink_to(os.path.realpath(shutil.which("bash")))
+    return str(path)
+
+
+SLEEP = ["-c", "sleep 30; :"]  # bash stays the process (a lone command would be exec'd)
+TRICKY = ["srun", "/usr/bin/srun", "--argv0", "--library-path", "--", "-", "ld.so", "x\nsrun", " srun"]
+
+
+@pytest.mark.skipif(not LOADERS, reason="no dynamic loader at /lib*/ld-linux*.so.*")
+def test_srun_through_a_loader_is_known_by_its_program(tmp_path):
+    loader = str(LOADERS[0])
+    assert _is_srun(tmp_path, [loader, _elf(tmp_path, "srun"), *SLEEP])
+    root = ["--inhibit-cache", "--library-path", "/r/lib", "--argv0", "srun"]
+    assert _is_srun(tmp_path, [loader, *root, _elf(tmp_path, "srun"), *SLEEP, *TRICKY])
+    # The options' values and the program's arguments are never the program.
+    assert not _is_srun(tmp_path, [loader, "--argv0", "srun", _elf(tmp_path, "python"), *SLEEP])
+    assert not _is_srun(tmp_path, [loader, "--library-path", "/srun", _elf(tmp_path, "python"), *SLEEP])
+    assert not _is_srun(tmp_path, [loader, _elf(tmp_path, "python"), *SLEEP, *TRICKY])
+    # A program whose own name is srun but that is no loader is known by that name only.
+    assert not _is_srun(tmp_path, [_elf(tmp_path, "python"), *SLEEP, "srun"])
+
+
+@pytest.mark.skipif(not LOADERS, reason="no dynamic loader at /lib*/ld-linux*.so.*")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    args=st.lists(
+        st.sampled_from(TRICKY)
+        | st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),
+        max_size=5,
+    )
+)
+def test_no_argument_makes_a_loaded_program_srun(tmp_path, args):
+    loader = str(LOADERS[0])
+    assert not _is_srun(tmp_path, [loader, _elf(tmp_path, "python"), *SLEEP, *args])
+    assert _is_srun(tmp_path, [loader, _elf(tmp_path, "srun"), *SLEEP, *args])
