@@ -31,10 +31,10 @@ from slurm_preempt.rehearsal import procs  # noqa: E402
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
 from slurm_preempt.slurm import parse as slurmdata  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
+from slurm_preempt.watch.loop import run as run_loop  # noqa: E402
 from slurm_preempt.watch.sentstate import SentState  # noqa: E402
 from slurm_preempt.watch.settings import Settings  # noqa: E402
 from slurm_preempt.watch.watcher import NODE_STATES, Watcher  # noqa: E402
-from slurm_preempt.watch.watcher import run as run_loop  # noqa: E402
 
 SMALL_DIR = Path("/tmp/watcher-bench-small")
 BIG_DIR = Path("/tmp/watcher-bench-10k")

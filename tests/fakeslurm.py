@@ -61,6 +61,7 @@ class FakeJob:
     submit_time: datetime | None = None
     array_job_id: str = ""
     array_task_id: str = ""
+    user: str = "root"
     signals: list[str] = field(default_factory=list)
 
     @property
@@ -79,6 +80,7 @@ class FakeJob:
             submit_time=self.submit_time,
             array_job_id=self.array_job_id,
             array_task_id=self.array_task_id,
+            user=self.user,
         )
 
 
@@ -166,10 +168,11 @@ class FakeSlurm:
         job_ids: Iterable[str] | None = None,
         nodes: Iterable[str] | None = None,
         states: str | None = None,
+        user: str | None = None,
     ) -> list[Job]:
         ids = set(job_ids or ())
         on = set(nodes or ())
-        self._enter("jobs", job_ids=tuple(sorted(ids)), nodes=tuple(sorted(on)), states=states)
+        self._enter("jobs", job_ids=tuple(sorted(ids)), nodes=tuple(sorted(on)), states=states, user=user)
         # squeue shows active jobs by default, and every state when given job ids.
         wanted = {s.upper() for s in states.split(",")} if states else (None if ids else ACTIVE)
         with self._lock:
@@ -179,6 +182,7 @@ class FakeSlurm:
                 if (not ids or job.job_id in ids)
                 and (not on or on & set(job.nodes))
                 and (wanted is None or "ALL" in wanted or job.state in wanted)
+                and (user is None or job.user == user)
             ]
 
     def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:

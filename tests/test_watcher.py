@@ -20,11 +20,13 @@ from slurm_preempt.notice import notice_path, read_notice
 from slurm_preempt.optin import OptIn
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
-from slurm_preempt.watch import actions, sentstate
+from slurm_preempt.watch import actions, sentstate, tell
+from slurm_preempt.watch.loop import run
+from slurm_preempt.watch.outbox import Outbox
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.settings import Settings
 from slurm_preempt.watch.sources import DrainRules
-from slurm_preempt.watch.watcher import Watcher, run, state_path
+from slurm_preempt.watch.watcher import Watcher, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: watcher test"
@@ -289,7 +291,7 @@ def test_gone_job_is_logged_not_raised(clean_cluster, caplog):
     cl.slurm.cancel(job_id)
     wait_for(lambda: cl.job(job_id) is None or cl.job(job_id).state not in ("RUNNING", "COMPLETING"), 20)
     ctx = actions.Context(Slurm(), SentState(), None)
-    assert actions.tell(ctx, job, NodeEvent(job.nodes[0], NOW, REASON, "slurm", 20.0))
+    assert tell.tell(ctx, Outbox(None, ctx.slurm), job, NodeEvent(job.nodes[0], NOW, REASON, "slurm", 20.0))
     assert any("ended before" in line for line in _lines(caplog))
 
 
@@ -322,7 +324,7 @@ def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
     watcher = Watcher(Slurm(), Settings(), sent, blocked)
     job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
     event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
-    assert not actions.tell(watcher.ctx, job, event)  # retried on the next poll
+    assert not tell.tell(watcher.ctx, watcher.outbox, job, event)  # retried on the next poll
     watcher.ctx.dirty = True
     watcher._save()
     watcher._save()

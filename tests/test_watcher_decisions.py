@@ -15,11 +15,12 @@ import pytest
 
 from fakeslurm import T0, Clock, FakeSlurm
 from slurm_preempt import ledger
-from slurm_preempt.errors import SlurmError
+from slurm_preempt.errors import SlurmError, WatcherError
 from slurm_preempt.notice import Notice, notice_path, read_notice
+from slurm_preempt.watch.loop import run
 from slurm_preempt.watch.settings import Settings
 from slurm_preempt.watch.sources import Drain, SourceError
-from slurm_preempt.watch.watcher import Watcher, load_sent, run, state_path
+from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: reclaimed"
@@ -182,6 +183,54 @@ def test_job_on_two_draining_nodes_is_told_once_with_the_earliest_deadline(world
     assert watcher.poll_once().actions == {}
     assert all(watcher.sent.done("1", n, what) for n in ("pre1", "pre2") for what in ("notice", "signal"))
     assert fake.job("1").signals == ["USR1"]
+
+
+def test_a_later_drain_of_another_node_never_tells_the_job_again_nor_postpones_its_deadline(world):
+    """Bug: when the job's second node drained in a LATER poll, the job was told again, and its notice
+    overwritten with the later deadline (06:05:00 -> 06:06:00, USR1 twice)."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    world.clock.advance(60)
+    fake.drain(["pre2"], REASON)
+    later = watcher.poll_once()
+    assert later.new_events == ["pre2"] and later.actions == {}
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)  # 06:05:00, not 06:06:00
+    assert fake.job("1").signals == ["USR1"] and world.kinds("1") == ["notice_sent", "signal_sent"]
+    restarted = world.watcher()  # also after a restart of the watcher
+    assert restarted.poll_once().actions == {} and fake.job("1").signals == ["USR1"]
+
+
+def test_a_later_event_with_an_earlier_deadline_rewrites_the_notice_without_a_second_signal(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    provider = ListSource(drains=[])
+    watcher = world.watcher(sources=[provider])
+    fake.drain(["pre1"], REASON)  # deadline T0 + 300
+    watcher.poll_once()
+    world.clock.advance(60)
+    provider.drains = [Drain("pre2", "provider", world.clock(), "together", 30.0)]  # deadline T0 + 90
+    assert watcher.poll_once().actions == {"notice_sent": 1}
+    assert world.notice("1").deadline == T0 + timedelta(seconds=90) and world.notice("1").node == "pre2"
+    assert fake.job("1").signals == ["USR1"]
+    assert watcher.poll_once().actions == {}
+
+
+def test_a_job_requeued_and_running_elsewhere_is_told_again_in_its_new_attempt(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    fake.requeue_by_job("1")
+    watcher.poll_once()  # fast restart: pre1 is still drained
+    fake.start("1", ["pre3"])
+    world.clock.advance(30)
+    fake.drain(["pre3"], REASON)  # pre1's event is still open, but this is a new attempt
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert world.notice("1").node == "pre3" and fake.job("1").signals == ["USR1", "USR1"]
 
 
 def test_sources_of_one_node_keep_the_earliest_drain(world):
@@ -362,6 +411,34 @@ def test_enforcement_requeues_opted_in_jobs_still_running_near_the_deadline(worl
     assert world.kinds("1") == ["notice_sent", "signal_sent", "enforced_requeue"]
 
 
+def test_a_failed_enforced_requeue_is_retried(world):
+    """Bug: a failed enforced requeue (a Slurm error other than "job gone") was never retried, because
+    the event was marked enforced either way."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10, fast_restart=False, fallback=False)
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    world.clock.advance(50)
+    fake.fail_next("requeue", SlurmError(["scontrol", "requeue", "1"], 1, "slurm_requeue error: Unexpected"))
+    assert watcher.poll_once().actions == {}
+    assert "enforced_requeue" not in world.kinds("1")  # the record of a failed act is taken back
+    assert watcher.poll_once().actions == {"enforced_requeue": 1}
+    assert fake.job("1").state == "PENDING" and len(fake.called("requeue")) == 2
+    assert watcher.poll_once().actions == {}
+
+
+def test_a_job_on_two_enforcing_nodes_is_requeued_once(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10, fast_restart=False, fallback=False)
+    fake.drain(["pre1", "pre2"], REASON)
+    watcher.poll_once()
+    world.clock.advance(50)
+    assert watcher.poll_once().actions == {"enforced_requeue": 1}
+    assert fake.called("requeue") == [{"job_id": "1"}]
+
+
 # ---------------------------------------------------------------------------------------- sources, modes
 
 
@@ -457,7 +534,7 @@ class CountingStop:
         return len(self.waits) >= self.rounds
 
 
-def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback_at_debug(world, caplog):
+def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback(world, caplog):
     caplog.set_level(logging.DEBUG, logger="slurm_preempt")
     fake = world.slurm
     fake.fail_next("nodes", times=2)
@@ -467,11 +544,34 @@ def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback_at_debug
     assert run(watcher, stop=stop) == 0
     # sinfo fails twice, the pending squeue raises a bug, then two good polls
     assert stop.waits == pytest.approx([20, 40, 60, 10, 10], abs=5)
-    records = [r for r in caplog.records if r.name == "slurm_preempt.watch.watcher"]
-    assert [r.levelname for r in records] == ["WARNING", "WARNING", "ERROR", "DEBUG"]
-    assert "retry 2" in records[1].getMessage()
-    assert records[2].getMessage() == "unexpected RuntimeError: boom; carrying on"
-    assert records[2].exc_info is None and records[3].exc_info is not None
+    records = [r for r in caplog.records if r.name == "slurm_preempt.watch.loop"]
+    assert [r.levelname for r in records] == ["WARNING", "ERROR", "INFO"]
+    assert "retry 1" in records[0].getMessage()
+    assert records[1].getMessage() == "unexpected RuntimeError: boom (1 in a row)"
+    assert records[1].exc_info is not None  # the traceback, at ERROR: a bug is never a one-liner
+    assert records[2].getMessage() == "polls work again after 3 failed one(s)"
+
+
+def test_a_slurm_outage_is_logged_at_the_first_failure_then_every_tenth(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    world.slurm.fail_next("nodes", times=25)
+    watcher = world.watcher(interval=1, max_backoff=60)
+    stop = CountingStop(rounds=27)
+    assert run(watcher, stop=stop) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "slurm_preempt.watch.loop"]
+    assert [line.split(";")[1] for line in lines[:3]] == [" retry 1, backing off", " retry 10, backing off",
+                                                          " retry 20, backing off"]  # fmt: skip
+    assert lines[3:] == ["polls work again after 25 failed one(s)"]
+    assert max(stop.waits) == pytest.approx(60, abs=1) and stop.waits[-1] == pytest.approx(1, abs=1)
+
+
+def test_the_same_unexpected_error_poll_after_poll_ends_the_loop_non_zero(world):
+    world.slurm.fail_next("nodes", KeyError("pre1"), times=3)
+    watcher = world.watcher(interval=1, crash_after=3)
+    with pytest.raises(WatcherError, match="3 polls in a row failed with an unexpected error"):
+        run(watcher, stop=CountingStop(rounds=99))
+    world.slurm.fail_next("nodes", KeyError("pre1"), times=2)  # twice, then a good poll: carries on
+    assert run(world.watcher(interval=1, crash_after=3), stop=CountingStop(rounds=4)) == 0
 
 
 def test_loop_ends_when_the_sidecars_job_ends(world):
@@ -491,4 +591,5 @@ def test_poll_result_json_names_what_was_done(world):
         "new_events": ["pre1"],
         "actions": {"notice_sent": 1, "signal_sent": 1},
         "job_ended": False,
+        "standby": False,
     }

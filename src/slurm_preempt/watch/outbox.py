@@ -1,0 +1,268 @@
+"""Signals in flight: written as an intent, sent, confirmed, so that no watcher's death loses or repeats one.
+
+A batch of jobs to signal is first written as an intent file (``<name>.intent``) in the watcher's outbox
+folder. Its actor claims it by renaming it to ``<name>.claimed`` (a rename succeeds once: two claimers
+never both act), runs one ``scancel --signal`` for its jobs, writes the outcome (``<name>.done``: what
+scancel said) and removes the claim. The watcher reads the outcome, confirms each job in its state and
+removes the file.
+
+The actor is a helper process in a session of its own (``python -m slurm_preempt.watch.outbox FILE``):
+a watcher that dies while it runs (SIGKILL, out of memory, systemd restarting it) leaves it to finish,
+and the next watcher to hold the state (the same one restarted, or the standby) finds the outcome. An
+intent nobody claimed is claimed and sent by that next watcher. A claim still without an outcome after
+the Slurm timeout plus ``HELPER_GRACE`` means its actor died with its machine: what it sent is unknown,
+and it is taken as sent (at most once; the notice files were written before any signal, and the resume
+library reads them without a signal).
+
+Without a folder (a watcher with no state directory) or with ``detached`` False (unit tests with an
+in-memory Slurm), the same protocol runs in threads of the watcher.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.slurm.interface import WatcherSlurm
+from slurm_preempt.watch.sentstate import write_atomic
+
+log = logging.getLogger(__name__)
+
+INTENT, CLAIMED, DONE = ".intent", ".claimed", ".done"
+HELPER_GRACE = 30.0  # seconds a helper may take beyond the Slurm timeout (start-up, a loaded machine)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One job of a batch."""
+
+    job_id: str
+    display_id: str  # what scancel is given (A_T for an array task)
+    node: str
+    event_id: str
+
+
+@dataclass
+class Batch:
+    """One scancel for jobs that all want the same signal, and what came of it."""
+
+    name: str
+    signal: str
+    items: list[Item]
+    stderr: str = ""  # scancel's complaints, naming each job it could not signal ("" when none)
+    error: str = ""  # nothing is known to be sent (timeout, no scancel): retry them all
+    unknown: bool = False  # its actor died mid-way: taken as sent
+
+    def to_json(self) -> dict:
+        return {"signal": self.signal, "items": [asdict(i) for i in self.items]}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> Batch:
+        items = [Item(**{k: str(v) for k, v in i.items()}) for i in data["items"]]
+        batch = cls(name, str(data["signal"]), items)
+        batch.stderr, batch.error = str(data.get("stderr", "")), str(data.get("error", ""))
+        return batch
+
+
+def act(intent: Path, slurm: WatcherSlurm) -> bool:
+    """Claim ``intent``, send its signal, write the outcome. False when another actor claimed it."""
+    claimed = intent.with_suffix(CLAIMED)
+    try:
+        os.rename(intent, claimed)
+    except FileNotFoundError:
+        return False
+    batch = Batch.from_json(claimed.stem, json.loads(claimed.read_text()))
+    outcome = _send(batch, slurm)
+    write_atomic(claimed.with_suffix(DONE), json.dumps({**batch.to_json(), **outcome}), sync=False)
+    claimed.unlink()
+    return True
+
+
+def _send(batch: Batch, slurm: WatcherSlurm) -> dict:
+    try:
+        # By display id (A_T for array tasks): on 22.05 one task carries the array's own id, and
+        # signalling that id would signal every task of the array.
+        ids = [i.display_id for i in batch.items]
+        return {"stderr": slurm.signal_many(ids, batch.signal, batch_only=True)}
+    except SlurmError as exc:  # timeout, no scancel: nothing is known to be sent
+        return {"error": str(exc)}
+
+
+@dataclass
+class Outbox:
+    """The batches of one watcher's state. ``beat`` is called while waiting (lease, watchdog)."""
+
+    folder: Path | None
+    slurm: WatcherSlurm
+    detached: bool = False
+    timeout: float = 15.0  # each scancel's
+    beat: Callable[[], None] = lambda: None
+    monotonic: Callable[[], float] = time.monotonic
+    _claims_seen: dict[str, float] = field(default_factory=dict)  # claim name -> first seen (monotonic)
+    _count: int = 0
+
+    # ------------------------------------------------------------------------------------ sending
+
+    def write(self, wanted: list[tuple[str, list[Item]]]) -> list[Batch]:
+        """One intent per (signal, items): from here on, whoever holds the state next can finish it."""
+        batches = [Batch(self._name(), signal, items) for signal, items in wanted if items]
+        if self.folder is not None and batches:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for batch in batches:
+                write_atomic(self._path(batch.name, INTENT), json.dumps(batch.to_json()), sync=False)
+        return batches
+
+    def send(self, batches: list[Batch]) -> tuple[list[Batch], set[str]]:
+        """Send the batches side by side. Returns those with an outcome, and the job ids of those whose
+        outcome is not known yet (a helper still running: the next poll's ``leftovers`` has it)."""
+        if self.folder is None:
+            return self._in_memory(batches), set()
+        return self._run([self._path(b.name, INTENT) for b in batches])
+
+    def _in_memory(self, batches: list[Batch]) -> list[Batch]:
+        def one(batch: Batch) -> Batch:
+            outcome = _send(batch, self.slurm)
+            batch.stderr, batch.error = outcome.get("stderr", ""), outcome.get("error", "")
+            return batch
+
+        return _side_by_side(one, batches)
+
+    def _run(self, intents: list[Path]) -> tuple[list[Batch], set[str]]:
+        if self.detached:
+            self._wait(list(map(self._spawn, intents)))
+        else:
+            _side_by_side(lambda path: act(path, self.slurm), intents)
+        finished, in_flight = [], set()
+        for intent in intents:
+            batch = self._collect(intent.with_suffix(DONE))
+            if batch is not None:
+                finished.append(batch)
+            else:  # not done yet (a slow helper): the next poll's leftovers() picks it up
+                in_flight |= self._ids(intent)
+        return finished, in_flight
+
+    def _spawn(self, intent: Path) -> subprocess.Popen:
+        # A session of its own and no pipe to us: the helper outlives a watcher killed mid-way (a
+        # signal to the watcher's process group does not reach it, a closed pipe cannot kill it).
+        argv = [sys.executable, "-m", "slurm_preempt.watch.outbox", str(intent), f"{self.timeout:g}"]
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _wait(self, helpers: list[subprocess.Popen]) -> None:
+        end = self.monotonic() + self.timeout + HELPER_GRACE
+        for helper in helpers:
+            while helper.poll() is None and self.monotonic() < end:
+                self.beat()
+                try:
+                    helper.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    continue
+            if helper.returncode not in (0, None):
+                log.warning("signal helper %s exited with %s", helper.pid, helper.returncode)
+
+    # ------------------------------------------------------------------------------------ leftovers
+
+    def leftovers(self) -> tuple[list[Batch], set[str]]:
+        """Batches an earlier watcher (or a slow helper) left: outcomes written, intents never claimed
+        (sent now), claims whose actor died (taken as sent). Also the job ids still in flight."""
+        if self.folder is None or not self.folder.is_dir():
+            return [], set()
+        names = sorted(os.listdir(self.folder))
+        finished = [b for b in map(self._collect, self._with(names, DONE)) if b is not None]
+        more, in_flight = self._run(self._with(names, INTENT)) if self._with(names, INTENT) else ([], set())
+        finished += more
+        claims = self._with(names, CLAIMED)
+        for stale in self._stale(claims):
+            finished.append(stale)
+        for claim in claims:
+            if claim.exists():
+                in_flight |= self._ids(claim)
+        return finished, in_flight
+
+    def _stale(self, claims: list[Path]) -> list[Batch]:
+        now, stale = self.monotonic(), []
+        names = {c.name for c in claims}
+        self._claims_seen = {n: t for n, t in self._claims_seen.items() if n in names}
+        for claim in claims:
+            first = self._claims_seen.setdefault(claim.name, now)
+            if now - first < self.timeout + HELPER_GRACE:
+                continue
+            batch = self._read(claim)
+            claim.unlink(missing_ok=True)
+            self._claims_seen.pop(claim.name, None)
+            if batch is not None:
+                batch.unknown = True
+                stale.append(batch)
+        return stale
+
+    # ------------------------------------------------------------------------------------ files
+
+    def _collect(self, done: Path) -> Batch | None:
+        batch = self._read(done)
+        if batch is not None:
+            done.unlink(missing_ok=True)
+        return batch
+
+    def _read(self, path: Path) -> Batch | None:
+        try:
+            return Batch.from_json(path.stem, json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("outbox file %s unreadable (%s): set aside", path, exc)
+            path.replace(path.with_suffix(path.suffix + ".corrupt"))
+            return None
+
+    def _ids(self, path: Path) -> set[str]:
+        for candidate in (path, path.with_suffix(CLAIMED), path.with_suffix(DONE)):
+            batch = self._read(candidate) if candidate.exists() else None
+            if batch is not None:
+                return {i.job_id for i in batch.items}
+        return set()
+
+    def _with(self, names: list[str], suffix: str) -> list[Path]:
+        assert self.folder is not None
+        return [self.folder / n for n in names if n.endswith(suffix) and not n.startswith(".")]
+
+    def _path(self, name: str, suffix: str) -> Path:
+        assert self.folder is not None
+        return self.folder / f"{name}{suffix}"
+
+    def _name(self) -> str:
+        self._count += 1
+        return f"{time.time_ns()}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{self._count}"
+
+
+def _side_by_side(function, items: list) -> list:
+    """scancel signals its jobs one RPC after another: a few of them side by side go faster."""
+    if len(items) <= 1:
+        return [function(i) for i in items]
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(function, items))
+
+
+def main(argv: list[str]) -> int:
+    """The detached helper: ``python -m slurm_preempt.watch.outbox INTENT TIMEOUT``."""
+    from slurm_preempt.slurm.commands import Slurm
+
+    act(Path(argv[0]), Slurm(timeout=float(argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
