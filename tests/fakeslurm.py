@@ -59,6 +59,7 @@ class FakeJob:
     restart_count: int = 0
     features: str = ""
     submit_time: datetime | None = None
+    eligible_time: datetime | None = None
     array_job_id: str = ""
     array_task_id: str = ""
     user: str = "root"
@@ -78,6 +79,7 @@ class FakeJob:
             features=self.features,
             comment=self.comment,
             submit_time=self.submit_time,
+            eligible_time=self.eligible_time,
             array_job_id=self.array_job_id,
             array_task_id=self.array_task_id,
             user=self.user,

@@ -120,7 +120,10 @@ class Lease:
         """The holder ran on this host and its process is gone (or the pid is another process now)."""
         if data.get("host") != self.host or not isinstance(data.get("pid"), int):
             return False
-        return _process_start(data["pid"]) != data.get("start")
+        if _process_start(os.getpid()) is None:  # no /proc here: cannot tell, wait for the ttl
+            return False
+        now = _process_start(data["pid"])
+        return now is None or now != data.get("start", now)
 
     def _take(self, term: int) -> bool:
         self._beat = 0

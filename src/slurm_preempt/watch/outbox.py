@@ -62,6 +62,7 @@ class Batch:
     stderr: str = ""  # scancel's complaints, naming each job it could not signal ("" when none)
     error: str = ""  # nothing is known to be sent (timeout, no scancel): retry them all
     unknown: bool = False  # its actor died mid-way: taken as sent
+    path: Path | None = None  # its outcome file, removed by ``finish`` once the watcher confirmed it
 
     def to_json(self) -> dict:
         return {"signal": self.signal, "items": [asdict(i) for i in self.items]}
@@ -184,12 +185,13 @@ class Outbox:
             return [], set()
         names = sorted(os.listdir(self.folder))
         finished = [b for b in map(self._collect, self._with(names, DONE)) if b is not None]
-        more, in_flight = self._run(self._with(names, INTENT)) if self._with(names, INTENT) else ([], set())
+        intents = self._with(names, INTENT)
+        more, in_flight = self._run(intents) if intents else ([], set())
         finished += more
         claims = self._with(names, CLAIMED)
-        for stale in self._stale(claims):
-            finished.append(stale)
-        for claim in claims:
+        stale = self._stale(claims)
+        finished += stale
+        for claim in set(claims) - {b.path for b in stale}:
             if claim.exists():
                 in_flight |= self._ids(claim)
         return finished, in_flight
@@ -203,19 +205,25 @@ class Outbox:
             if now - first < self.timeout + HELPER_GRACE:
                 continue
             batch = self._read(claim)
-            claim.unlink(missing_ok=True)
             self._claims_seen.pop(claim.name, None)
             if batch is not None:
-                batch.unknown = True
+                batch.unknown, batch.path = True, claim
                 stale.append(batch)
         return stale
 
     # ------------------------------------------------------------------------------------ files
 
+    def finish(self, batches: list[Batch]) -> None:
+        """The watcher has confirmed these outcomes (ledger and state): their files may go. Until then a
+        watcher killed mid-way leaves them for the next one."""
+        for batch in batches:
+            if batch.path is not None:
+                batch.path.unlink(missing_ok=True)
+
     def _collect(self, done: Path) -> Batch | None:
         batch = self._read(done)
         if batch is not None:
-            done.unlink(missing_ok=True)
+            batch.path = done
         return batch
 
     def _read(self, path: Path) -> Batch | None:

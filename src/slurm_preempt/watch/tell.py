@@ -73,6 +73,7 @@ def tell_many(
     finished, pending = outbox.send(batches)
     in_flight |= pending
     retry |= {item.job_id for item in confirm(ctx, finished, records)}
+    outbox.finish(finished)
     return retry
 
 

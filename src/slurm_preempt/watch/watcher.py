@@ -227,6 +227,7 @@ class Watcher:
         for item in confirm(self.ctx, finished, {}):
             if item.node in self.sent.events:
                 self.sent.events[item.node].handled = False
+        self.outbox.finish(finished)
         return in_flight
 
     # ------------------------------------------------------------------------------------ helpers

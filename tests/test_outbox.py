@@ -1,0 +1,107 @@
+"""The outbox: a batch of signals is claimed once, sent once, and its outcome outlives its watcher.
+
+The helper process is tested here with a stand-in ``scancel`` on PATH that records what it was asked
+(this is about our processes and files, not about Slurm); the real scancel on the real cluster is in
+test_watcher_pair.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from clusterutil import wait_for
+from slurm_preempt.watch import outbox
+from slurm_preempt.watch.outbox import Item, Outbox
+
+ITEMS = [Item("11", "11", "pre1", "pre1@T"), Item("12", "10_2", "pre2", "pre2@T")]
+
+
+class Recorder:
+    """A WatcherSlurm with only the call the outbox makes."""
+
+    def __init__(self, stderr: str = ""):
+        self.calls: list[tuple[list[str], str]] = []
+        self.stderr = stderr
+
+    def signal_many(self, job_ids, signal, *, batch_only=False):
+        self.calls.append((list(job_ids), signal))
+        return self.stderr
+
+
+def _stub_scancel(tmp_path: Path, seconds: float = 0.0) -> dict[str, str]:
+    """A `scancel` that sleeps, then appends its argv to a file; the environment that finds it."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    record = tmp_path / "scancel.calls"
+    stub = folder / "scancel"
+    stub.write_text(f'#!/bin/sh\nsleep {seconds}\necho "$@" >> {record}\n')
+    stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "SP_RECORD": str(record)}
+
+
+def test_a_batch_is_claimed_by_one_actor_only(tmp_path):
+    box = Outbox(tmp_path / "outbox", Recorder())
+    (batch,) = box.write([("USR1", ITEMS)])
+    intent = tmp_path / "outbox" / f"{batch.name}.intent"
+    first, second = Recorder(), Recorder()
+    assert outbox.act(intent, first) and not outbox.act(intent, second)
+    assert first.calls == [(["11", "10_2"], "USR1")] and second.calls == []
+    (done,) = (tmp_path / "outbox").glob("*.done")
+    assert json.loads(done.read_text())["stderr"] == ""
+
+
+def test_outcomes_stay_until_the_watcher_confirmed_them(tmp_path):
+    slurm = Recorder(stderr="scancel: error: Kill job error on job id 11: Access/permission denied")
+    box = Outbox(tmp_path / "outbox", slurm)
+    finished, in_flight = box.send(box.write([("USR1", ITEMS)]))
+    assert in_flight == set() and finished[0].stderr.endswith("permission denied")
+    assert len(list((tmp_path / "outbox").glob("*.done"))) == 1  # a watcher killed here loses nothing
+    again, _ = Outbox(tmp_path / "outbox", Recorder()).leftovers()
+    assert [b.name for b in again] == [finished[0].name] and again[0].stderr == finished[0].stderr
+    box.finish(finished)
+    assert list((tmp_path / "outbox").iterdir()) == []
+
+
+def test_the_helper_outlives_a_watcher_killed_while_it_sends(tmp_path):
+    env = _stub_scancel(tmp_path, seconds=2)
+    folder = tmp_path / "outbox"
+    watcher = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from slurm_preempt.watch.outbox import Item, Outbox
+        from slurm_preempt.slurm.commands import Slurm
+        box = Outbox(Path({str(folder)!r}), Slurm(timeout=20), detached=True, timeout=20)
+        box.send(box.write([("USR1", [Item("11", "11", "pre1", "e"), Item("12", "12", "pre1", "e")])]))
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", watcher], env=env)
+    wait_for(lambda: list(folder.glob("*.claimed")), 20, 0.02, what="the helper's claim")
+    child.send_signal(signal.SIGKILL)  # the watcher dies while its helper waits for scancel
+    child.wait(10)
+    done = wait_for(lambda: list(folder.glob("*.done")), 20, 0.1, what="the helper's outcome")
+    assert json.loads(done[0].read_text())["stderr"] == ""
+    assert Path(env["SP_RECORD"]).read_text().split() == ["--signal=USR1", "--batch", "11", "12"]
+    finished, in_flight = Outbox(folder, Recorder()).leftovers()  # the next watcher reads it
+    assert [len(b.items) for b in finished] == [2] and in_flight == set()
+
+
+def test_an_intent_left_unclaimed_is_sent_by_the_next_watcher(tmp_path):
+    box = Outbox(tmp_path / "outbox", Recorder())
+    box.write([("USR1", ITEMS)])  # then the watcher dies before sending
+    slurm = Recorder()
+    finished, in_flight = Outbox(tmp_path / "outbox", slurm).leftovers()
+    assert slurm.calls == [(["11", "10_2"], "USR1")] and len(finished) == 1 and in_flight == set()
+
+
+def test_no_folder_means_in_memory(tmp_path):
+    slurm = Recorder()
+    box = Outbox(None, slurm)
+    finished, _ = box.send(box.write([("USR1", ITEMS[:1]), ("USR2", ITEMS[1:])]))
+    assert sorted(slurm.calls) == [(["10_2"], "USR2"), (["11"], "USR1")] and len(finished) == 2
+    assert box.leftovers() == ([], set())
