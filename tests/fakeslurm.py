@@ -12,6 +12,7 @@ injected ``Clock``: nothing sleeps.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -95,13 +96,14 @@ class Call:
 class FakeSlurm:
     """Nodes pre1..pre4 (feature ``preemptible``) and std1..std2 (``standard``), no jobs."""
 
-    def __init__(self, clock: Clock, preemptible: int = 4, standard: int = 2):
+    def __init__(self, clock: Clock, preemptible: int = 4, standard: int = 2, keep_calls: int | None = None):
+        """``keep_calls``: remember only the last N calls (a soak test of 100,000 polls)."""
         self.clock = clock
         names = [(f"pre{i}", "preemptible") for i in range(1, preemptible + 1)]
         names += [(f"std{i}", "standard") for i in range(1, standard + 1)]
         self.node_table = {name: FakeNode(name, (feature,)) for name, feature in names}
         self.job_table: dict[str, FakeJob] = {}
-        self.calls: list[Call] = []
+        self.calls: deque[Call] = deque(maxlen=keep_calls)
         self.refused: dict[str, str] = {}  # display id -> why scancel cannot signal it
         self.on_signal: Callable[[list[str]], None] = lambda _ids: None
         self._failures: dict[str, list[BaseException]] = {}

@@ -72,7 +72,7 @@ class Lease:
             self.renew()
             return True
         if self.term is not None:
-            log.warning("lease: %s took over (term %d); standing by", data.get("holder", "?"), term)
+            log.warning("%s took over the lease (term %d); standing by", data.get("holder", "?"), term)
             self.term = None
         if self._expired(term, text, data):
             return self._take(term + 1)
@@ -140,7 +140,7 @@ class Lease:
         for old in self._terms():
             if old < term:
                 (self.folder / str(old)).unlink(missing_ok=True)
-        log.info("lease: holding it (term %d); this watcher acts", term)
+        log.info("holding the lease (term %d): this watcher acts", term)
         return True
 
     def _write(self, term: int, extra: dict) -> None:

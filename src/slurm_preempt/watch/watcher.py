@@ -130,7 +130,7 @@ class Watcher:
             result = self._poll_job(self.job_id, now) if self.job_id else self._poll_cluster(now, in_flight)
         except LostLease:
             log.warning(
-                "lease: %s took over mid-poll; standing by", self.lease.holder() if self.lease else "?"
+                "%s took over the lease mid-poll; standing by", self.lease.holder() if self.lease else "?"
             )
             self._holding = False
             result = PollResult(standby=True)
