@@ -148,7 +148,11 @@ def test_sigkill_of_the_acting_watcher_mid_drain_every_job_told_exactly_once(cle
         second = jobs[pre[2]] + jobs[pre[3]]
         wait_for(lambda: all(_usr1(work, j) for j in every), 60, 0.05, what="every job told")
         late = max(_usr1(work, j)[0] for j in second)
-        print(f"told at kill {told_at_kill}/{len(first)}; takeover {took_over - killed_at:.2f} s after the kill; last of the rest told {late - took_over:.2f} s after the takeover")
+        print(
+            f"told at the kill: {told_at_kill} of {len(first)}; "
+            f"takeover {took_over - killed_at:.2f} s after it; "
+            f"the rest told {late - took_over:.2f} s after the takeover"
+        )
         assert late <= took_over + INTERVAL + 1.0, (late - took_over, late - killed_at)
         time.sleep(3 * INTERVAL)  # B polls on: nothing is sent twice
         counts = {j: len(_usr1(work, j)) for j in every}

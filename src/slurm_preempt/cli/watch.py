@@ -102,3 +102,5 @@ def command(
     what = {"cluster": "the cluster", "user": f"the jobs of {watcher.user}"}.get(mode, f"job {job_id}")
     log.info("watching %s every %g s, grace %g s", what, watcher.settings.interval, watcher.settings.grace)
     run(watcher, stop=stop, once=once, on_poll=_emit_json if (as_json and once) else (lambda _r: None))
+    if not once:
+        log.info("stopped; the lease is free" if watcher.lease else "stopped")
