@@ -163,3 +163,27 @@ class Churn:
         self.signalled.pop(job_id, None)  # the harness keeps nothing of ended jobs either
         shutil.rmtree(self.state_dir / "jobs" / job_id, ignore_errors=True)
         (self.state_dir / "notices" / f"{job_id}.json").unlink(missing_ok=True)
+
+
+def main(argv: list[str]) -> None:
+    """``python tests/soak.py POLLS [SAMPLE ...]``: one JSON line per sample, in a process of its own
+    (bench/bench_watcher_scale.py runs it with and without MALLOC_ARENA_MAX)."""
+    import json
+    import tempfile
+
+    polls = int(argv[0])
+    at = {int(a) for a in argv[1:]} or {1_000, polls}
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(dir=shm, prefix="sp-soak-") as folder:
+        churn = Churn(Path(folder) / "state")
+        began = time.monotonic()
+        for sample in churn.run(polls, at):
+            print(json.dumps({**sample.__dict__, "seconds": time.monotonic() - began}), flush=True)
+        print(json.dumps({"actions": dict(churn.actions), "failed_polls": churn.failed_polls}), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main(sys.argv[1:])

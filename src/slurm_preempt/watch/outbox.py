@@ -28,13 +28,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.sentstate import write_atomic
+from slurm_preempt.watch.threads import side_by_side
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +136,14 @@ class Outbox:
             batch.stderr, batch.error = outcome.get("stderr", ""), outcome.get("error", "")
             return batch
 
-        return _side_by_side(one, batches)
+        return side_by_side(one, batches)
 
     def _run(self, intents: list[Path]) -> tuple[list[Batch], set[str]]:
+        # scancel signals its jobs one RPC after another: a few batches side by side go faster.
         if self.detached:
             self._wait(list(map(self._spawn, intents)))
         else:
-            _side_by_side(lambda path: act(path, self.slurm), intents)
+            side_by_side(lambda path: act(path, self.slurm), intents)
         finished, in_flight = [], set()
         for intent in intents:
             batch = self._collect(intent.with_suffix(DONE))
@@ -254,14 +255,6 @@ class Outbox:
     def _name(self) -> str:
         self._count += 1
         return f"{time.time_ns()}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{self._count}"
-
-
-def _side_by_side(function, items: list) -> list:
-    """scancel signals its jobs one RPC after another: a few of them side by side go faster."""
-    if len(items) <= 1:
-        return [function(i) for i in items]
-    with ThreadPoolExecutor(max_workers=len(items)) as pool:
-        return list(pool.map(function, items))
 
 
 def main(argv: list[str]) -> int:

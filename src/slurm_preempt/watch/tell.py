@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch.actions import Context
 from slurm_preempt.watch.outbox import Batch, Item, Outbox
 from slurm_preempt.watch.sentstate import NodeEvent
+from slurm_preempt.watch.threads import side_by_side
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +158,7 @@ def _notices(ctx: Context, plans: list[_Delivery]) -> list[_Delivery]:
     writing = [p for p in plans if p.write]
     if ctx.state_dir is not None and writing:
         ctx.check_lease()
-        if len(writing) > 1:
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(lambda p: _write(ctx, p), writing))
-        else:
-            _write(ctx, writing[0])
+        side_by_side(lambda p: _write(ctx, p), writing)
     for plan in writing:
         _confirm_notice(ctx, plan)
     return writing
