@@ -10,8 +10,8 @@
    slurmd behind them. CPU per poll (watcher + the Slurm commands it runs) against the bare
    ``sinfo`` query it makes, and queries per poll against the 6-node cluster.
 
-Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and 17690 (or from
-$SP_BENCH_PORT and +50, to run beside another engineer's bench) and stops it.
+Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and 17660.. (from
+$SP_BENCH_PORT when set, to run beside another engineer's bench) and stops it.
 """
 
 from __future__ import annotations
@@ -231,11 +231,11 @@ def start_big() -> list[procs.Started]:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
     d = BIG_DIR
-    node = f"NodeHostname=localhost NodeAddr=127.0.0.1 Port={PORT + 59} CPUs=1 RealMemory=100 State=UNKNOWN"
+    node = f"NodeHostname=localhost NodeAddr=127.0.0.1 Port={PORT + 29} CPUs=1 RealMemory=100 State=UNKNOWN"
     conf = [
         "ClusterName=bigbench",
         "SlurmctldHost=localhost(127.0.0.1)",
-        f"SlurmctldPort={PORT + 50}",
+        f"SlurmctldPort={PORT + 20}",
         "SlurmUser=root",
         "AuthType=auth/munge",
         f"AuthInfo=socket={d}/munge/munge.socket",

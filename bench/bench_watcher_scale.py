@@ -15,7 +15,8 @@
    its resident memory and CPU per poll sampled every minute (polls counted from its systemd STATUS
    lines).
 
-Clusters live under /tmp/watcher-scale-<port> on $SP_BENCH_PORT + 100 (default 17740).
+Clusters live under /tmp/watcher-scale-<port> on $SP_BENCH_PORT + 30.. (default 17670..; bench_watcher.py
+takes the 30 ports below).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
 
-PORT = int(os.environ.get("SP_BENCH_PORT", "17640")) + 100
+PORT = int(os.environ.get("SP_BENCH_PORT", "17640")) + 30
 DIR = Path(f"/tmp/watcher-scale-{PORT}")
 REASON = "TogetherPreemptionNotified: bench"
 OPTED = "--comment=slurm-preempt:signal=USR1"

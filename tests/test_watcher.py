@@ -311,9 +311,10 @@ def test_sidecar_alone_gets_a_job_through_a_drain(clean_cluster):
     requeued = wait_for(lambda: (j := cl.job(job_id)) and j.restart_count == 1 and j, 30, what="requeue")
     assert requeued.state in ("PENDING", "REQUEUED", "COMPLETING", "RUNNING")
     assert (cl.workdir / f"ckpt-{job_id}").exists()
+    # Recorded before it was sent: the signal ends the job, and the sidecar with it, at once.
     assert _kinds(cl.spec.state_dir, job_id) == ["notice_sent", "signal_sent"]
     saved = json.loads(Path(side_state).read_text())
-    assert saved["told"][f"{job_id}|{node}"]["signal"]
+    assert saved["told"][f"{job_id}|{node}"]["notice"]  # saved before the signal
 
 
 def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):

@@ -174,7 +174,7 @@ def _documented_defaults() -> dict[str, str]:
 def _as_written(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, float):
+    if isinstance(value, (int, float)):
         return f"{value:g}"
     if isinstance(value, list):
         return f"`{json.dumps(value)}`"

@@ -45,6 +45,7 @@ class Context:
     emit: Emit = lambda _e: None
     clock: Clock = utcnow  # the watcher's clock (tests inject one)
     may_act: Callable[[], bool] = lambda: True
+    save: Callable[[], None] = lambda: None  # persists the sent-state when dirty
     dirty: bool = False  # sent-state changed since the last save
     counts: dict[str, int] = field(default_factory=dict)
 

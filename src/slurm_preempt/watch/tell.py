@@ -58,6 +58,7 @@ def tell_many(
     plans = [_plan(ctx, job, event, may_signal, in_flight) for job, event, may_signal in pairs]
     plans = [p for p in plans if p.write or p.signal]
     retry = {p.job.job_id for p in _notices(ctx, plans) if p.failure}
+    ctx.save()  # the notices are in the state before any signal (a signal may end a sidecar's job)
     ctx.check_lease()
     by_signal: dict[str, list[_Delivery]] = {}
     for plan in plans:

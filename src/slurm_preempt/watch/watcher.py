@@ -104,7 +104,7 @@ class Watcher:
         self.clock = clock
         self.lease = lease
         self.on_beat = on_beat
-        self.ctx = Context(slurm, sent, state_dir, emit, clock=clock, may_act=self._may_act)
+        self.ctx = Context(slurm, sent, state_dir, emit, clock=clock, may_act=self._may_act, save=self._save)
         # A sidecar ends with its job (which Slurm kills with everything it started): no outbox on disk.
         folder = Path(f"{sent.path}.outbox") if sent.path is not None and job_id is None else None
         self.outbox = Outbox(folder, slurm, detached, settings.slurm_timeout, beat=self.beat)
