@@ -16,6 +16,7 @@ from clusterutil import ClusterHandle, exported
 from slurm_preempt.rehearsal import testcluster as tc
 
 DATA = Path(__file__).parent / "data"
+pytest_plugins = ("watchworld",)  # the in-memory world of the watcher's unit tests (its `world` fixture)
 
 
 CLUSTER_FIXTURES = {"cluster", "clean_cluster"}

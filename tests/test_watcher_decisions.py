@@ -7,106 +7,16 @@ rule of who is told what, when and how often, runs in milliseconds and without s
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from fakeslurm import T0, Clock, FakeSlurm
+from fakeslurm import T0
 from slurm_preempt import ledger
-from slurm_preempt.errors import SlurmError, WatcherError
-from slurm_preempt.notice import Notice, notice_path, read_notice
-from slurm_preempt.watch.lease import Lease
-from slurm_preempt.watch.loop import run
-from slurm_preempt.watch.outbox import Outbox
-from slurm_preempt.watch.sdnotify import Notifier
-from slurm_preempt.watch.settings import Settings
-from slurm_preempt.watch.sources import Drain, SourceError
-from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
-
-OPTED = "slurm-preempt:signal=USR1"
-REASON = "TogetherPreemptionNotified: reclaimed"
-GRACE = 300.0
-
-
-@dataclass
-class World:
-    clock: Clock
-    slurm: FakeSlurm
-    state_dir: Path
-
-    def watcher(
-        self, job_id: str | None = None, sources=(), user: str | None = None, lease=None, **settings
-    ) -> Watcher:
-        """A watcher whose state is loaded from disk: a second one is a restarted watcher."""
-        sent = load_sent(state_path(self.state_dir, job_id, user))
-        values = {"grace": GRACE, **settings}
-        return Watcher(
-            self.slurm,
-            Settings(**values),
-            sent,
-            self.state_dir,
-            sources,
-            job_id=job_id,
-            clock=self.clock,
-            user=user,
-            lease=lease,
-        )
-
-    def pair_member(self, host: str, ticks: Ticks, **settings) -> Watcher:
-        """One of two watchers sharing the daemon's state (two hosts: each its own monotonic clock)."""
-        lease = Lease(state_path(self.state_dir), ttl=30, monotonic=ticks, host=host, pid=1)
-        watcher = self.watcher(lease=lease, **settings)
-        watcher.outbox.monotonic = ticks
-        return watcher
-
-    def kinds(self, job_id: str) -> list[str]:
-        return [e["kind"] for e in ledger.events(self.state_dir, job_id)]
-
-    def notice(self, job_id: str) -> Notice | None:
-        return read_notice(notice_path(self.state_dir, job_id))
-
-
-class Ticks:
-    """A host's monotonic clock, moved on by the test."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Killed(BaseException):
-    """The watcher's process dies here (SIGKILL): nothing after this line of it runs."""
-
-
-@pytest.fixture
-def world(tmp_path) -> World:
-    clock = Clock()
-    return World(clock, FakeSlurm(clock), tmp_path / "state")
-
-
-@dataclass
-class ListSource:
-    """A provider API whose answer the test sets; ``failing`` makes it raise."""
-
-    name: str = "together"
-    drains: list[Drain] = field(default_factory=list)
-    failing: bool = False
-
-    def fetch(self) -> list[Drain]:
-        if self.failing:
-            raise SourceError("https://api.example/v1 answered HTTP 500")
-        return list(self.drains)
-
-
-def _signalled(world: World) -> list[str]:
-    return [i for call in world.slurm.called("signal_many") for i in call["job_ids"]]
-
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.watch.sources import Drain
+from slurm_preempt.watch.watcher import state_path
+from watchworld import GRACE, OPTED, REASON, ListSource, signalled
 
 # ---------------------------------------------------------------------------------------- telling
 
@@ -136,7 +46,7 @@ def test_drain_tells_every_job_on_the_node_once_and_signals_only_opted_in(world)
     assert world.kinds("3") == ["notice_sent"] and world.kinds("1") == ["notice_sent", "signal_sent"]
     calm = watcher.poll_once()
     assert calm.actions == {} and calm.queries == 2  # nothing told twice, no query of the nodes' jobs
-    assert _signalled(world) == ["1", "2"]
+    assert signalled(world) == ["1", "2"]
 
 
 def test_every_notice_is_written_before_any_signal(world):
@@ -162,7 +72,7 @@ def test_correlated_drain_is_told_in_one_poll_each_job_signalled_once(world):
     fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
     result = watcher.poll_once()
     assert result.actions == {"notice_sent": 24, "signal_sent": 16} and result.queries == 3
-    assert sorted(_signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
+    assert sorted(signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
     assert len(fake.called("signal_many")) > 1
     assert watcher.poll_once().actions == {}
 
@@ -309,7 +219,7 @@ def test_scancel_naming_one_job_retries_that_job_only(world, caplog):
     assert any("job 2: signal USR1 failed, will retry" in r.getMessage() for r in caplog.records)
     del fake.refused["2"]
     assert watcher.poll_once().actions == {"signal_sent": 1}
-    assert _signalled(world) == ["1", "2", "3", "2"]
+    assert signalled(world) == ["1", "2", "3", "2"]
     assert [fake.job(j).signals for j in ("1", "2", "3")] == [["USR1"]] * 3
 
 
@@ -523,7 +433,7 @@ def test_sidecar_tells_only_its_own_job_and_ends_with_it(world):
     assert sidecar.poll_once().new_events == []  # not its node
     fake.drain(["pre1"], REASON)
     assert sidecar.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
-    assert _signalled(world) == ["7"] and world.notice("8") is None
+    assert signalled(world) == ["7"] and world.notice("8") is None
     assert state_path(world.state_dir, "7").exists()
     fake.requeue_by_job("7")  # pending: not running any more
     assert sidecar.poll_once().job_ended
@@ -555,209 +465,6 @@ def test_array_tasks_are_named_a_t_in_every_action(world):
     assert world.kinds("100") == kinds
 
 
-# ---------------------------------------------------------------------------------------- the loop
-
-
-class CountingStop:
-    """A stop event whose ``wait`` returns at once, noting how long it was asked to wait."""
-
-    def __init__(self, rounds: int):
-        self.rounds = rounds
-        self.waits: list[float] = []
-
-    def wait(self, seconds: float) -> bool:
-        self.waits.append(seconds)
-        return len(self.waits) >= self.rounds
-
-
-def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback(world, caplog):
-    caplog.set_level(logging.DEBUG, logger="slurm_preempt")
-    fake = world.slurm
-    fake.fail_next("nodes", times=2)
-    fake.fail_next("jobs", RuntimeError("boom"))
-    watcher = world.watcher(interval=10, max_backoff=60)
-    stop = CountingStop(rounds=5)
-    assert run(watcher, stop=stop) == 0
-    # sinfo fails twice, the pending squeue raises a bug, then two good polls
-    assert stop.waits == pytest.approx([20, 40, 60, 10, 10], abs=5)
-    records = [r for r in caplog.records if r.name == "slurm_preempt.watch.loop"]
-    assert [r.levelname for r in records] == ["WARNING", "ERROR", "INFO"]
-    assert "retry 1" in records[0].getMessage()
-    assert records[1].getMessage() == "unexpected RuntimeError: boom (1 in a row)"
-    assert records[1].exc_info is not None  # the traceback, at ERROR: a bug is never a one-liner
-    assert records[2].getMessage() == "polls work again after 3 failed one(s)"
-
-
-def test_a_slurm_outage_is_logged_at_the_first_failure_then_every_tenth(world, caplog):
-    caplog.set_level(logging.INFO, logger="slurm_preempt")
-    world.slurm.fail_next("nodes", times=25)
-    watcher = world.watcher(interval=1, max_backoff=60)
-    stop = CountingStop(rounds=27)
-    assert run(watcher, stop=stop) == 0
-    lines = [r.getMessage() for r in caplog.records if r.name == "slurm_preempt.watch.loop"]
-    assert [line.split(";")[1] for line in lines[:3]] == [" retry 1, backing off", " retry 10, backing off",
-                                                          " retry 20, backing off"]  # fmt: skip
-    assert lines[3:] == ["polls work again after 25 failed one(s)"]
-    assert max(stop.waits) == pytest.approx(60, abs=1) and stop.waits[-1] == pytest.approx(1, abs=1)
-
-
-def test_the_same_unexpected_error_poll_after_poll_ends_the_loop_non_zero(world):
-    world.slurm.fail_next("nodes", KeyError("pre1"), times=3)
-    watcher = world.watcher(interval=1, crash_after=3)
-    with pytest.raises(WatcherError, match="3 polls in a row failed with an unexpected error"):
-        run(watcher, stop=CountingStop(rounds=99))
-    world.slurm.fail_next("nodes", KeyError("pre1"), times=2)  # twice, then a good poll: carries on
-    assert run(world.watcher(interval=1, crash_after=3), stop=CountingStop(rounds=4)) == 0
-
-
-def test_loop_ends_when_the_sidecars_job_ends(world):
-    watcher = world.watcher(job_id="5")  # no such job
-    stop = CountingStop(rounds=99)
-    assert run(watcher, stop=stop) == 0 and stop.waits == []
-
-
-def test_poll_result_json_names_what_was_done(world):
-    world.slurm.add_job("1", ["pre1"], OPTED)
-    world.slurm.drain(["pre1"], REASON)
-    got = world.watcher().poll_once().to_json()
-    assert got == {
-        "event": "poll",
-        "queries": 3,
-        "draining": ["pre1"],
-        "new_events": ["pre1"],
-        "actions": {"notice_sent": 1, "signal_sent": 1},
-        "job_ended": False,
-        "standby": False,
-    }
-
-
-# ---------------------------------------------------------------------------------------- records, pairs
-
-
-def test_a_signal_that_ends_its_sender_is_already_in_the_ledger(world):
-    """A job's sidecar dies with the job its signal makes leave (the job requeues itself): what it did
-    was recorded before it did it."""
-    fake = world.slurm
-    fake.add_job("7", ["pre1"], OPTED)
-    fake.drain(["pre1"], REASON)
-
-    def requeued_and_killed(_ids):
-        fake.requeue_by_job("7")
-        raise Killed  # Slurm ends the job's processes, the sidecar among them
-
-    fake.on_signal = requeued_and_killed
-    with pytest.raises(Killed):
-        world.watcher(job_id="7", fast_restart=False, fallback=False).poll_once()
-    assert world.kinds("7") == ["notice_sent", "signal_sent"]
-
-
-def test_a_failed_act_takes_its_record_back(world):
-    fake = world.slurm
-    fake.add_job("1", ["pre1"], OPTED)
-    fake.drain(["pre1"], REASON)
-    fake.refused["1"] = "Access/permission denied"
-    watcher = world.watcher()
-    watcher.poll_once()
-    assert world.kinds("1") == ["notice_sent"]  # the signal_sent written before scancel is taken back
-    del fake.refused["1"]
-    watcher.poll_once()
-    assert world.kinds("1") == ["notice_sent", "signal_sent"]
-
-
-def _jobs_on_every_node(fake, count: int) -> list[str]:
-    ids = [str(100 + i) for i in range(count)]
-    for i, job_id in enumerate(ids):
-        fake.add_job(job_id, [f"pre{i % 4 + 1}"], OPTED)
-    return ids
-
-
-def test_two_watchers_one_acts_the_standby_takes_over_when_it_dies(world):
-    fake = world.slurm
-    ids = _jobs_on_every_node(fake, 8)
-    a_ticks, b_ticks = Ticks(), Ticks()
-    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
-    assert a.poll_once().queries == 2
-    standby = b.poll_once()
-    assert standby.standby and standby.queries == 0 and fake.queries() == 2  # B asks Slurm nothing
-    fake.drain(["pre1", "pre2"], REASON)
-    assert a.poll_once().actions == {"notice_sent": 4, "signal_sent": 4}
-    # A dies. B sees its beat stop; after the lease's ttl on B's own clock it takes over.
-    b_ticks.now += 29
-    assert b.poll_once().standby
-    b_ticks.now += 1
-    fake.drain(["pre3"], REASON)
-    took_over = b.poll_once()
-    assert not took_over.standby and took_over.actions == {"notice_sent": 2, "signal_sent": 2}
-    assert took_over.draining == ["pre1", "pre2", "pre3"]  # A's events, from the shared state
-    assert sorted(_signalled(world)) == sorted(j for j in ids if fake.job(j).nodes[0] != "pre4")
-    assert all(world.kinds(j).count("signal_sent") == 1 for j in ids if fake.job(j).signals)
-
-
-def test_killed_after_the_intent_before_the_signal_the_survivor_sends_it_once(world, monkeypatch):
-    fake = world.slurm
-    ids = _jobs_on_every_node(fake, 12)
-    a_ticks, b_ticks = Ticks(), Ticks()
-    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
-    assert not a.poll_once().standby and b.poll_once().standby
-    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
-    with monkeypatch.context() as patch:
-        patch.setattr(Outbox, "_run", lambda *_a: (_ for _ in ()).throw(Killed()))
-        with pytest.raises(Killed):
-            a.poll_once()  # notices written, intents and signal_sent records written, nothing sent
-    assert _signalled(world) == [] and all(world.notice(j) for j in ids)
-    b_ticks.now += 30
-    took_over = b.poll_once()
-    assert took_over.actions == {"signal_sent": 12}  # the leftover intents, claimed and sent
-    assert sorted(_signalled(world)) == sorted(ids)
-    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
-    assert b.poll_once().actions == {} and len(_signalled(world)) == 12
-
-
-def test_killed_after_the_signal_before_confirming_the_survivor_only_confirms(world, monkeypatch):
-    fake = world.slurm
-    ids = _jobs_on_every_node(fake, 12)
-    a_ticks, b_ticks = Ticks(), Ticks()
-    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
-    assert not a.poll_once().standby and b.poll_once().standby
-    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
-    real_run = Outbox._run
-
-    def sent_then_killed(self, intents):
-        real_run(self, intents)  # the helpers finish (they outlive the watcher) ...
-        raise Killed  # ... but the watcher dies before reading their outcome
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Outbox, "_run", sent_then_killed)
-        with pytest.raises(Killed):
-            a.poll_once()
-    assert sorted(_signalled(world)) == sorted(ids)
-    b_ticks.now += 30
-    assert b.poll_once().actions == {"signal_sent": 12}  # confirmed from the outcome files, not sent
-    assert len(_signalled(world)) == 12
-    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
-
-
-def test_a_claim_whose_sender_died_with_its_host_is_taken_as_sent_never_resent(world, caplog):
-    caplog.set_level(logging.INFO, logger="slurm_preempt")
-    fake = world.slurm
-    ids = _jobs_on_every_node(fake, 4)
-    a_ticks, b_ticks = Ticks(), Ticks()
-    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
-    assert not a.poll_once().standby and b.poll_once().standby
-    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
-    fake.on_signal = lambda _ids: (_ for _ in ()).throw(Killed())  # the host dies mid-scancel
-    with pytest.raises(Killed):
-        a.poll_once()
-    fake.on_signal = lambda _ids: None
-    b_ticks.now += 30
-    assert b.poll_once().actions == {}  # claimed by a sender that may still run: in flight, not resent
-    b_ticks.now += 15 + 30  # the Slurm timeout and the helper's grace: that sender is dead
-    assert b.poll_once().actions == {"signal_sent": 4}
-    assert len(fake.called("signal_many")) == 1  # at most once: never sent twice
-    assert sum("taken as sent" in r.getMessage() for r in caplog.records) == 4
-    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
-
-
 # ---------------------------------------------------------------------------------------- modes, start-up
 
 
@@ -770,7 +477,7 @@ def test_a_users_watcher_asks_and_acts_only_for_that_users_jobs(world):
     fake.drain(["pre1"], REASON)
     assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
     assert {c["user"] for c in fake.called("jobs")} == {"alice"}
-    assert _signalled(world) == ["1"] and world.notice("2") is None
+    assert signalled(world) == ["1"] and world.notice("2") is None
     assert state_path(world.state_dir, user="alice").exists()
     fake.requeue_by_job("1")
     assert watcher.poll_once().actions == {"fast_restart": 1}  # an owner may release its own job
@@ -816,41 +523,3 @@ def test_fallback_pending_counts_from_when_the_job_became_eligible(world):
     assert watcher.poll_once().actions == {}  # eligible 99 s
     world.clock.advance(1)
     assert watcher.poll_once().actions == {"fallback": 1}
-
-
-def test_the_loop_speaks_systemds_notify_protocol(world, tmp_path):
-    path = str(tmp_path / "notify.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.bind(path)
-        sock.settimeout(0)
-        env = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "4000000", "WATCHDOG_PID": str(os.getpid())}
-        ticks = Ticks()
-        watcher = world.watcher(interval=5)
-        stop = CountingStop(rounds=6)  # waits of at most 2 s (half the watchdog period) until 3 polls
-        assert run(watcher, stop=stop, notifier=Notifier(environ=env, monotonic=ticks)) == 0
-        messages = []
-        while True:
-            try:
-                messages.append(sock.recv(4096).decode())
-            except BlockingIOError:
-                break
-    assert messages[0] == "WATCHDOG=1"  # from the first poll's Slurm calls
-    assert messages[1:3] == ["READY=1", "STATUS=watching: 0 node(s) going away, last poll 2 Slurm queries"]
-    assert messages[-1] == "STOPPING=1"
-    assert max(stop.waits) <= 2.0
-
-
-def test_a_watcher_that_gives_up_exits_non_zero_with_one_line(world, monkeypatch):
-    from click.testing import CliRunner
-
-    from slurm_preempt.cli import main
-    from slurm_preempt.watch import settings as watchsettings
-
-    world.slurm.fail_next("nodes", KeyError("pre1"), times=3)
-    monkeypatch.setattr(watchsettings, "build", lambda *_a, **_k: world.watcher(interval=0.01, crash_after=3))
-    result = CliRunner().invoke(main, ["watch", "--cluster"])
-    assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1].startswith(
-        "Error: 3 polls in a row failed with an unexpected error"
-    )
-    assert result.stderr.count("Traceback (most recent call last)") == 3  # each logged with its traceback
