@@ -104,8 +104,10 @@ class SmallCluster:
         self.stop.set()
         self.thread.join(30)
 
-    def submit(self, node: str) -> str:
-        args = [f"--chdir={self.work}", "--requeue", "--output=/dev/null", f"--nodelist={node}"]
+    def submit(self, node: str | None) -> str:
+        """One job on ``node`` (None: on any preemptible node); returns once it runs."""
+        where = f"--nodelist={node}" if node else "--constraint=preemptible"
+        args = [f"--chdir={self.work}", "--requeue", "--output=/dev/null", where]
         job_id = self.slurm.submit(str(self.script), [*args, "--comment=slurm-preempt:signal=USR1"])
         _wait(lambda: (self.work / f"start-{job_id}").exists(), 30)
         return job_id
@@ -137,16 +139,23 @@ def notice_latency(cluster: SmallCluster, drains: int) -> list[float]:
 
 
 def resume_after_requeue(cluster: SmallCluster, runs: int) -> list[float]:
-    pre = [n for n in cluster.state.spec.node_names if n.startswith("pre")]
+    """As in a preemption: the node drains, the watcher tells the job, the job requeues itself (as the
+    scripts of `slurm-preempt sbatch` do); from that requeue to the job running again elsewhere. The
+    watcher releases only jobs it told to leave a node still away (else Slurm's hold stays)."""
     times = []
-    for i in range(runs):
-        job_id = cluster.submit(pre[i % len(pre)])
+    for _ in range(runs):
+        job_id = cluster.submit(None)
+        node = cluster.slurm.job(job_id).nodes[0]
+        cluster.slurm.drain([node], REASON)
+        _wait(lambda j=job_id: (cluster.work / f"usr1-{j}").exists(), 30)
         starts = cluster.work / f"start-{job_id}"
         began = time.time()
         cluster.slurm.requeue(job_id)
         _wait(lambda p=starts: len(p.read_text().splitlines()) >= 2, 300, 0.05)
         times.append(time.time() - began)
         cluster.slurm.cancel(job_id)
+        cluster.slurm.resume([node])
+        _wait(lambda n=node: n not in cluster.watcher.sent.events, 10)
     return times
 
 

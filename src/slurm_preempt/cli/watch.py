@@ -1,10 +1,11 @@
-"""``slurm-preempt watch``: the drain watcher (cluster daemon, per-job sidecar, or one poll)."""
+"""``slurm-preempt watch``: the drain watcher (cluster daemon, a user's own watcher, per-job sidecar, or one poll)."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
+import os
+import pwd
 import signal
 import sys
 import threading
@@ -90,7 +91,8 @@ def command(
     watcher = watchconfig.build(
         overrides,
         job_id=job_id,
-        user=getpass.getuser() if mode == "user" else None,
+        # Who we are, not who $USER says: Slurm decides what this uid may do to which job.
+        user=pwd.getpwuid(os.getuid()).pw_name if mode == "user" else None,
         config_file=config_file,
         state_dir=state_dir,
         allow_preemptible_host=allow_preemptible_host,

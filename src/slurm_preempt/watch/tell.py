@@ -44,7 +44,6 @@ class _Delivery:
     notice: Notice
     write: bool  # the notice file is still to be written
     signal: str | None  # the signal still to be sent
-    attempt: int
     wrote: str = ""  # the path written
     failure: str = ""  # why the notice could not be written
     record: Path | None = None  # the notice_sent ledger record
@@ -92,7 +91,7 @@ def _plan(ctx: Context, job: Job, event: NodeEvent, may_signal: bool, in_flight:
     signal = wish.signal if may_signal and wish.signal else None
     if signal and (job.job_id in in_flight or _signal_done(ctx, job, notice)):
         signal = None
-    return _Delivery(job, notice, write, signal, job.restart_count)
+    return _Delivery(job, notice, write, signal)
 
 
 def _notice_done(ctx: Context, job: Job, notice: Notice) -> bool:
