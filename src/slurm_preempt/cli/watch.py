@@ -1,4 +1,5 @@
-"""``slurm-preempt watch``: the drain watcher (cluster daemon, a user's own watcher, per-job sidecar, or one poll)."""
+"""``slurm-preempt watch``: the drain watcher (cluster daemon, a user's own watcher, per-job sidecar,
+or one poll)."""
 
 from __future__ import annotations
 
