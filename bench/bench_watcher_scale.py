@@ -204,7 +204,9 @@ def _soak_process(polls: int, extra_env: dict[str, str]) -> tuple[dict, dict, di
     """tests/soak.py in a process of its own: this one's memory does not blur the figure."""
     argv = [sys.executable, str(HERE.parent / "tests" / "soak.py"), str(polls), "1000", str(polls)]
     env = {**os.environ, **extra_env, "PYTHONPATH": str(HERE.parent / "src")}
-    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True
+    ).stdout
     early, late, totals = (json.loads(line) for line in out.splitlines())
     return early, late, totals
 

@@ -166,11 +166,15 @@ class Churn:
 
 
 def main(argv: list[str]) -> None:
-    """``python tests/soak.py POLLS [SAMPLE ...]``: one JSON line per sample, in a process of its own
-    (bench/bench_watcher_scale.py runs it with and without MALLOC_ARENA_MAX)."""
+    """``python tests/soak.py POLLS [SAMPLE ...]``: one JSON line per sample on stdout, then the totals,
+    in a process of its own that logs as the CLI does (INFO lines with times, on stderr); the soak test
+    and bench/bench_watcher_scale.py run it (the bench with and without MALLOC_ARENA_MAX)."""
     import json
     import tempfile
 
+    from slurm_preempt.cli import _logging
+
+    _logging.configure(0, stamped=True)
     polls = int(argv[0])
     at = {int(a) for a in argv[1:]} or {1_000, polls}
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
@@ -179,7 +183,14 @@ def main(argv: list[str]) -> None:
         began = time.monotonic()
         for sample in churn.run(polls, at):
             print(json.dumps({**sample.__dict__, "seconds": time.monotonic() - began}), flush=True)
-        print(json.dumps({"actions": dict(churn.actions), "failed_polls": churn.failed_polls}), flush=True)
+        totals = {
+            "actions": dict(churn.actions),
+            "failed_polls": churn.failed_polls,
+            "most_queries": churn.most_queries,
+            "most_signals": churn.most_signals,
+            "target_jobs": churn.target_jobs,
+        }
+        print(json.dumps(totals), flush=True)
 
 
 if __name__ == "__main__":

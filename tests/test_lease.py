@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,9 +112,21 @@ def test_beats_are_rate_limited_and_change_the_file(state):
 
 def test_garbage_in_the_lease_folder_is_no_lease(state):
     a = Lease(state, ttl=5, monotonic=Ticks(), host="hostA", pid=11)
-    a.folder.mkdir(parents=True)
+    a.folder.mkdir(parents=True, mode=0o700)
     (a.folder / "7").write_text("not json")
     (a.folder / "notes.txt").write_text("hello")
     assert not a.hold()  # an unreadable top term counts as held until it stays unchanged for ttl
     a.monotonic.now += 5
     assert a.hold() and a.term == 8
+
+
+def test_a_lease_folder_others_may_write_is_no_lease(state, caplog):
+    """Another user able to write it could hold the lease forever and keep every watcher standing by."""
+    folder = Path(f"{state}.lease")
+    folder.mkdir(parents=True, mode=0o777)
+    folder.chmod(0o777)
+    (folder / "99").write_text(json.dumps({"holder": "mallory:1:x", "host": "elsewhere", "pid": 1}))
+    a = Lease(state, ttl=5, host="hostA", pid=11)
+    assert a.hold() and a.still_mine()  # acts alone
+    assert a.hold()
+    assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1

@@ -105,3 +105,47 @@ def test_no_folder_means_in_memory(tmp_path):
     finished, _ = box.send(box.write([("USR1", ITEMS[:1]), ("USR2", ITEMS[1:])]))
     assert sorted(slurm.calls) == [(["10_2"], "USR2"), (["11"], "USR1")] and len(finished) == 2
     assert box.leftovers() == ([], set())
+
+
+def test_a_planted_or_broken_intent_is_set_aside_never_sent(tmp_path, caplog):
+    """An intent makes the watcher run scancel (as root, for the daemon): only a valid batch in a file
+    of the watcher's own uid is ever sent."""
+    folder = tmp_path / "outbox"
+    box = Outbox(folder, Recorder())
+    box.write([("USR1", ITEMS)])  # creates the folder, mode 700
+    for intent in folder.glob("*.intent"):
+        intent.unlink()
+
+    def batch(signal="USR1", job_id="1", display_id="1"):
+        return {
+            "signal": signal,
+            "items": [{"job_id": job_id, "display_id": display_id, "node": "n", "event_id": "e"}],
+        }
+
+    bad = {
+        "a.intent": batch(signal="KILL"),
+        "b.intent": batch(job_id="1;rm"),
+        "c.intent": batch(display_id="-1"),
+        "d.intent": ["not", "a", "batch"],
+    }
+    for name, data in bad.items():
+        (folder / name).write_text(json.dumps(data))
+    foreign = folder / "e.intent"
+    foreign.write_text(json.dumps({"signal": "USR1", "items": []}))
+    os.chown(foreign, 65534, 65534)  # nobody's
+    slurm = Recorder()
+    finished, in_flight = Outbox(folder, slurm).leftovers()
+    assert slurm.calls == [] and finished == [] and in_flight == set()
+    assert sorted(p.name for p in folder.iterdir()) == [f"{n}.corrupt" for n in "abcde"]
+
+
+def test_an_outbox_folder_others_may_write_is_not_used(tmp_path, caplog):
+    folder = tmp_path / "outbox"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    slurm = Recorder()
+    box = Outbox(folder, slurm)
+    finished, _ = box.send(box.write([("USR1", ITEMS)]))
+    assert slurm.calls == [(["11", "10_2"], "USR1")] and len(finished) == 1  # sent from memory
+    assert list(folder.iterdir()) == []
+    assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1

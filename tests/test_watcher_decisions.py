@@ -6,7 +6,9 @@ rule of who is told what, when and how often, runs in milliseconds and without s
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from datetime import timedelta
 
 import pytest
@@ -523,3 +525,20 @@ def test_fallback_pending_counts_from_when_the_job_became_eligible(world):
     assert watcher.poll_once().actions == {}  # eligible 99 s
     world.clock.advance(1)
     assert watcher.poll_once().actions == {"fallback": 1}
+
+
+def test_a_state_file_of_another_user_is_not_believed(world, caplog):
+    """It could say that every job was told: a watcher would then tell none."""
+    world.slurm.add_job("1", ["pre1"], OPTED)
+    world.slurm.drain(["pre1"], REASON)
+    path = state_path(world.state_dir)
+    path.parent.mkdir(parents=True)
+    planted = {
+        "version": 2,
+        "events": {},
+        "told": {"1|pre1": {"event_id": "x", "notice": "x", "signal": "x"}},
+    }
+    path.write_text(json.dumps(planted))
+    os.chown(path, 65534, 65534)
+    assert world.watcher().poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert any("belongs to uid 65534" in r.getMessage() for r in caplog.records)

@@ -14,12 +14,23 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError
-from slurm_preempt.slurm import parse as slurmdata
-from slurm_preempt.slurm.parse import AcctRecord, Job, Node
+
+if TYPE_CHECKING:
+    from slurm_preempt.slurm.parse import AcctRecord, Job, Node
 
 DEFAULT_TIMEOUT = 30.0
+
+
+def _parse():
+    """The parsers, imported on first use: the watcher's signal helper (``watch.sender``), which only
+    runs scancel and must start fast, never loads them."""
+    from slurm_preempt.slurm import parse
+
+    return parse
+
 
 # Slurm's words for "that job is gone", across 22.05 and 24.11.
 _GONE_MARKERS = (
@@ -67,16 +78,16 @@ class Slurm:
     # ------------------------------------------------------------------------------------ queries
 
     def version(self) -> tuple[int, int]:
-        return slurmdata.parse_version(self.run(["sinfo", "--version"]))
+        return _parse().parse_version(self.run(["sinfo", "--version"]))
 
     def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
         """All nodes (or ``names``), in one ``sinfo`` call whatever the cluster size."""
-        argv = ["sinfo", "-h", "-N", "-O", slurmdata.format_arg(slurmdata.NODE_FIELDS)]
+        argv = ["sinfo", "-h", "-N", "-O", _parse().format_arg(_parse().NODE_FIELDS)]
         if names:
-            argv += ["-n", slurmdata.compress_nodes(names)]
+            argv += ["-n", _parse().compress_nodes(names)]
         if states:
             argv += ["-t", states]
-        return slurmdata.parse_nodes(self.run(argv))
+        return _parse().parse_nodes(self.run(argv))
 
     def jobs(
         self,
@@ -86,18 +97,18 @@ class Slurm:
         user: str | None = None,
     ) -> list[Job]:
         """Jobs filtered by ids, nodes, states and user, in one ``squeue`` call."""
-        argv = ["squeue", "-h", "-O", slurmdata.format_arg(slurmdata.JOB_FIELDS)]
+        argv = ["squeue", "-h", "-O", _parse().format_arg(_parse().JOB_FIELDS)]
         ids = list(job_ids or [])
         if ids:
             argv += ["-j", ",".join(ids)]
         if nodes:
-            argv += ["-w", slurmdata.compress_nodes(nodes)]
+            argv += ["-w", _parse().compress_nodes(nodes)]
         if states:
             argv += ["-t", states]
         if user:
             argv += ["-u", user]
         try:
-            return slurmdata.parse_jobs(self.run(argv))
+            return _parse().parse_jobs(self.run(argv))
         except JobGoneError:
             # squeue -j with only ended ids exits 1 on 22.05; "no such job" is an empty answer.
             return []
@@ -108,13 +119,13 @@ class Slurm:
 
     def accounting(self, job_ids: Iterable[str] | None = None, **filters: str) -> list[AcctRecord]:
         """Every attempt of the jobs (``sacct -D``): requeued attempts included."""
-        argv = ["sacct", "-n", "-P", "-X", "-D", "--format=" + ",".join(slurmdata.ACCT_FIELDS)]
+        argv = ["sacct", "-n", "-P", "-X", "-D", "--format=" + ",".join(_parse().ACCT_FIELDS)]
         ids = list(job_ids or [])
         if ids:
             argv += ["-j", ",".join(ids)]
         for flag, value in filters.items():  # starttime=..., user=..., partition=...
             argv.append(f"--{flag}={value}")
-        return slurmdata.parse_acct(self.run(argv))
+        return _parse().parse_acct(self.run(argv))
 
     # ------------------------------------------------------------------------------------ actions
 
@@ -128,7 +139,7 @@ class Slurm:
                 # --test-only answers on stderr, and exits 0 only when the job could run.
                 raise SlurmError(argv, exc.returncode, exc.stderr) from None
             return "ok"
-        return slurmdata.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
+        return _parse().parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
 
     def signal(self, job_id: str, signal: str, *, batch_only: bool = False, full: bool = False) -> None:
         """``scancel --signal``: the only way slurm-preempt signals a job (never a PID from a file)."""
@@ -173,7 +184,7 @@ class Slurm:
         argv = [
             "scontrol",
             "update",
-            f"nodename={slurmdata.compress_nodes(names)}",
+            f"nodename={_parse().compress_nodes(names)}",
             f"state={state}",
         ]
         if reason is not None:

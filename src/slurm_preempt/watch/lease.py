@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,12 +58,14 @@ class Lease:
         self._renewed = float("-inf")
         self._seen: tuple[int, str] | None = None  # the top term and its content, as a standby saw them
         self._seen_since = 0.0
+        self._trusted: bool | None = None
 
     # ------------------------------------------------------------------------------------ the loop's calls
 
     def hold(self) -> bool:
         """Take or keep the lease; True when this process holds it now."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self._usable():
+            return True  # a lease anyone may write is no lease: act alone (logged once)
         top = self._top()
         if top is None:
             return self._take(1)
@@ -91,6 +94,8 @@ class Lease:
 
     def still_mine(self) -> bool:
         """No higher term exists: this process may act."""
+        if self._trusted is False:
+            return True
         return self.term is not None and max(self._terms(), default=0) == self.term
 
     def release(self) -> None:
@@ -106,6 +111,22 @@ class Lease:
         return str(top[2].get("holder", "?")) if top else "nobody"
 
     # ------------------------------------------------------------------------------------ inside
+
+    def _usable(self) -> bool:
+        """The lease folder is this uid's alone (made 0700): otherwise another user could hold it
+        forever and keep every watcher standing by."""
+        if self._trusted is None:
+            try:
+                self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                info = os.lstat(self.folder)
+                ok = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+                why = "" if ok else f"uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}"
+            except OSError as exc:
+                ok, why = False, str(exc)
+            if not ok:
+                log.error("lease folder %s cannot be trusted (%s): acting alone", self.folder, why)
+            self._trusted = ok
+        return self._trusted
 
     def _expired(self, term: int, text: str, data: dict) -> bool:
         if data.get("released") or self._holder_gone(data):

@@ -6,7 +6,7 @@ never both act), runs one ``scancel --signal`` for its jobs, writes the outcome 
 scancel said) and removes the claim. The watcher reads the outcome, confirms each job in its state and
 removes the file.
 
-The actor is a helper process in a session of its own (``python -m slurm_preempt.watch.outbox FILE``):
+The actor is a helper process in a session of its own (``watch.sender``):
 a watcher that dies while it runs (SIGKILL, out of memory, systemd restarting it) leaves it to finish,
 and the next watcher to hold the state (the same one restarted, or the standby) finds the outcome. An
 intent nobody claimed is claimed and sent by that next watcher. A claim still without an outcome after
@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -31,14 +32,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from slurm_preempt.errors import SlurmError
 from slurm_preempt.slurm.interface import WatcherSlurm
+from slurm_preempt.watch.sender import ASIDE, CLAIMED, DONE, INTENT, act, check, read_owned, send
 from slurm_preempt.watch.sentstate import write_atomic
 from slurm_preempt.watch.threads import side_by_side
 
 log = logging.getLogger(__name__)
 
-INTENT, CLAIMED, DONE = ".intent", ".claimed", ".done"
 HELPER_GRACE = 30.0  # seconds a helper may take beyond the Slurm timeout (start-up, a loaded machine)
 
 
@@ -69,34 +69,12 @@ class Batch:
 
     @classmethod
     def from_json(cls, name: str, data: dict) -> Batch:
-        items = [Item(**{k: str(v) for k, v in i.items()}) for i in data["items"]]
+        """From a batch file; ValueError when it is not one (see ``sender.check``)."""
+        check(data)
+        items = [Item(i["job_id"], i["display_id"], i["node"], i["event_id"]) for i in data["items"]]
         batch = cls(name, str(data["signal"]), items)
         batch.stderr, batch.error = str(data.get("stderr", "")), str(data.get("error", ""))
         return batch
-
-
-def act(intent: Path, slurm: WatcherSlurm) -> bool:
-    """Claim ``intent``, send its signal, write the outcome. False when another actor claimed it."""
-    claimed = intent.with_suffix(CLAIMED)
-    try:
-        os.rename(intent, claimed)
-    except FileNotFoundError:
-        return False
-    batch = Batch.from_json(claimed.stem, json.loads(claimed.read_text()))
-    outcome = _send(batch, slurm)
-    write_atomic(claimed.with_suffix(DONE), json.dumps({**batch.to_json(), **outcome}), sync=False)
-    claimed.unlink()
-    return True
-
-
-def _send(batch: Batch, slurm: WatcherSlurm) -> dict:
-    try:
-        # By display id (A_T for array tasks): on 22.05 one task carries the array's own id, and
-        # signalling that id would signal every task of the array.
-        ids = [i.display_id for i in batch.items]
-        return {"stderr": slurm.signal_many(ids, batch.signal, batch_only=True)}
-    except SlurmError as exc:  # timeout, no scancel: nothing is known to be sent
-        return {"error": str(exc)}
 
 
 @dataclass
@@ -110,6 +88,7 @@ class Outbox:
     beat: Callable[[], None] = lambda: None
     monotonic: Callable[[], float] = time.monotonic
     _claims_seen: dict[str, float] = field(default_factory=dict)  # claim name -> first seen (monotonic)
+    _trusted: bool = False
     _count: int = 0
 
     # ------------------------------------------------------------------------------------ sending
@@ -117,8 +96,7 @@ class Outbox:
     def write(self, wanted: list[tuple[str, list[Item]]]) -> list[Batch]:
         """One intent per (signal, items): from here on, whoever holds the state next can finish it."""
         batches = [Batch(self._name(), signal, items) for signal, items in wanted if items]
-        if self.folder is not None and batches:
-            self.folder.mkdir(parents=True, exist_ok=True)
+        if batches and self._usable():
             for batch in batches:
                 write_atomic(self._path(batch.name, INTENT), json.dumps(batch.to_json()), sync=False)
         return batches
@@ -132,7 +110,7 @@ class Outbox:
 
     def _in_memory(self, batches: list[Batch]) -> list[Batch]:
         def one(batch: Batch) -> Batch:
-            outcome = _send(batch, self.slurm)
+            outcome = send(batch.to_json(), self.slurm)
             batch.stderr, batch.error = outcome.get("stderr", ""), outcome.get("error", "")
             return batch
 
@@ -156,7 +134,7 @@ class Outbox:
     def _spawn(self, intent: Path) -> subprocess.Popen:
         # A session of its own and no pipe to us: the helper outlives a watcher killed mid-way (a
         # signal to the watcher's process group does not reach it, a closed pipe cannot kill it).
-        argv = [sys.executable, "-m", "slurm_preempt.watch.outbox", str(intent), f"{self.timeout:g}"]
+        argv = [sys.executable, "-m", "slurm_preempt.watch.sender", str(intent), f"{self.timeout:g}"]
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -182,7 +160,7 @@ class Outbox:
     def leftovers(self) -> tuple[list[Batch], set[str]]:
         """Batches an earlier watcher (or a slow helper) left: outcomes written, intents never claimed
         (sent now), claims whose actor died (taken as sent). Also the job ids still in flight."""
-        if self.folder is None or not self.folder.is_dir():
+        if not self._usable():
             return [], set()
         names = sorted(os.listdir(self.folder))
         finished = [b for b in map(self._collect, self._with(names, DONE)) if b is not None]
@@ -214,6 +192,29 @@ class Outbox:
 
     # ------------------------------------------------------------------------------------ files
 
+    def _usable(self) -> bool:
+        """The folder exists and is this uid's alone (made 0700): a file in it makes this watcher run
+        scancel, as root for the daemon. If it is not, the outbox works in memory (logged once)."""
+        if self.folder is None:
+            return False
+        if self._trusted:
+            return True
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.lstat(self.folder)
+            problem = "" if stat.S_ISDIR(info.st_mode) else "not a folder"
+            if not problem and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
+                mode = stat.S_IMODE(info.st_mode)
+                problem = f"uid {info.st_uid}, mode {mode:o}; wanted uid {os.geteuid()}, mode 700"
+        except OSError as exc:
+            problem = str(exc)
+        if problem:
+            log.error("outbox %s cannot be trusted (%s): signals are sent from memory", self.folder, problem)
+            self.folder = None
+            return False
+        self._trusted = True
+        return True
+
     def finish(self, batches: list[Batch]) -> None:
         """The watcher has confirmed these outcomes (ledger and state): their files may go. Until then a
         watcher killed mid-way leaves them for the next one."""
@@ -229,12 +230,12 @@ class Outbox:
 
     def _read(self, path: Path) -> Batch | None:
         try:
-            return Batch.from_json(path.stem, json.loads(path.read_text()))
+            return Batch.from_json(path.stem, read_owned(path))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("outbox file %s unreadable (%s): set aside", path, exc)
-            path.replace(path.with_suffix(path.suffix + ".corrupt"))
+        except (OSError, ValueError) as exc:
+            log.warning("outbox file %s is not a batch of ours (%s): set aside, not sent", path, exc)
+            path.replace(path.with_suffix(ASIDE))
             return None
 
     def _ids(self, path: Path) -> set[str]:
@@ -255,15 +256,3 @@ class Outbox:
     def _name(self) -> str:
         self._count += 1
         return f"{time.time_ns()}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{self._count}"
-
-
-def main(argv: list[str]) -> int:
-    """The detached helper: ``python -m slurm_preempt.watch.outbox INTENT TIMEOUT``."""
-    from slurm_preempt.slurm.commands import Slurm
-
-    act(Path(argv[0]), Slurm(timeout=float(argv[1])))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

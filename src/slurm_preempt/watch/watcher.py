@@ -26,6 +26,7 @@ which one acts; the other stands by, polling nothing but the lease.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -349,8 +350,15 @@ def state_path(state_dir: Path, job_id: str | None = None, user: str | None = No
 
 
 def load_sent(path: Path) -> SentState:
-    """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher."""
+    """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher. A file
+    of another user is not believed (it could say every job was told)."""
     try:
+        owner = path.lstat().st_uid if path.exists() else os.geteuid()
+        if owner != os.geteuid():
+            log.warning(
+                "watcher state %s belongs to uid %d, not to us: ignored, starting afresh", path, owner
+            )
+            return SentState(path=path)
         return sentstate.load(path)
     except (ValueError, KeyError, TypeError, OSError) as exc:
         aside = path.with_suffix(".corrupt")
