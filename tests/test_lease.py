@@ -129,4 +129,6 @@ def test_a_lease_folder_others_may_write_is_no_lease(state, caplog):
     a = Lease(state, ttl=5, host="hostA", pid=11)
     assert a.hold() and a.still_mine()  # acts alone
     assert a.hold()
+    a.release()  # a clean stop writes nothing there
+    assert json.loads((folder / "99").read_text())["holder"] == "mallory:1:x"
     assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1

@@ -194,7 +194,7 @@ def test_drain_tells_signals_restarts_across_watcher_kill(clean_cluster, tmp_pat
     drained = next(iter(cl.slurm.nodes(["pre1"])))
     assert notice.node == "pre1" and notice.deadline == drained.reason_time + timedelta(seconds=20)
     assert cl.job(plain).state == "RUNNING"  # not opted in: notice file only, never a signal
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
 
 
 @pytest.mark.cluster

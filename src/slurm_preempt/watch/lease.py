@@ -100,8 +100,7 @@ class Lease:
 
     def release(self) -> None:
         """A clean stop: the standby may take over at once."""
-        if self.still_mine():
-            assert self.term is not None
+        if self.term is not None and self._trusted and self.still_mine():
             self._write(self.term, {"released": True})
         self.term = None
 
@@ -119,7 +118,8 @@ class Lease:
             try:
                 self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
                 info = os.lstat(self.folder)
-                ok = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+                # Made 0700; one of ours that others may read (an older one) is still safe to use.
+                ok = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
                 why = "" if ok else f"uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}"
             except OSError as exc:
                 ok, why = False, str(exc)

@@ -193,8 +193,9 @@ class Outbox:
     # ------------------------------------------------------------------------------------ files
 
     def _usable(self) -> bool:
-        """The folder exists and is this uid's alone (made 0700): a file in it makes this watcher run
-        scancel, as root for the daemon. If it is not, the outbox works in memory (logged once)."""
+        """The folder exists, is this uid's and no one else may write in it (made 0700): a file in it
+        makes this watcher run scancel, as root for the daemon. If not, the outbox works in memory
+        (logged once)."""
         if self.folder is None:
             return False
         if self._trusted:
@@ -203,9 +204,10 @@ class Outbox:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             info = os.lstat(self.folder)
             problem = "" if stat.S_ISDIR(info.st_mode) else "not a folder"
-            if not problem and (info.st_uid != os.geteuid() or info.st_mode & 0o077):
+            # Made 0700; one of ours that others may read (an older one) is still safe to use.
+            if not problem and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
                 mode = stat.S_IMODE(info.st_mode)
-                problem = f"uid {info.st_uid}, mode {mode:o}; wanted uid {os.geteuid()}, mode 700"
+                problem = f"uid {info.st_uid}, mode {mode:o}: others may write in it"
         except OSError as exc:
             problem = str(exc)
         if problem:
