@@ -13,11 +13,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from clusterutil import wait_for
 from slurm_preempt.watch import outbox
-from slurm_preempt.watch.outbox import Item, Outbox
+from slurm_preempt.watch.outbox import Batch, Item, Outbox
+from slurm_preempt.watch.sentstate import write_atomic
 
 ITEMS = [Item("11", "11", "pre1", "pre1@T"), Item("12", "10_2", "pre2", "pre2@T")]
 
@@ -34,6 +36,13 @@ class Recorder:
         return self.stderr
 
 
+def _queued(box: Outbox, wanted):
+    """What tell_many does before sending: name the batches, write their intents."""
+    batches = box.plan(wanted)
+    box.write(batches)
+    return batches
+
+
 def _stub_scancel(tmp_path: Path, seconds: float = 0.0) -> dict[str, str]:
     """A `scancel` that sleeps, then appends its argv to a file; the environment that finds it."""
     folder = tmp_path / "bin"
@@ -47,7 +56,7 @@ def _stub_scancel(tmp_path: Path, seconds: float = 0.0) -> dict[str, str]:
 
 def test_a_batch_is_claimed_by_one_actor_only(tmp_path):
     box = Outbox(tmp_path / "outbox", Recorder())
-    (batch,) = box.write([("USR1", ITEMS)])
+    (batch,) = _queued(box, [("USR1", ITEMS)])
     intent = tmp_path / "outbox" / f"{batch.name}.intent"
     first, second = Recorder(), Recorder()
     assert outbox.act(intent, first) and not outbox.act(intent, second)
@@ -59,7 +68,7 @@ def test_a_batch_is_claimed_by_one_actor_only(tmp_path):
 def test_outcomes_stay_until_the_watcher_confirmed_them(tmp_path):
     slurm = Recorder(stderr="scancel: error: Kill job error on job id 11: Access/permission denied")
     box = Outbox(tmp_path / "outbox", slurm)
-    finished, in_flight = box.send(box.write([("USR1", ITEMS)]))
+    finished, in_flight = box.send(_queued(box, [("USR1", ITEMS)]))
     assert in_flight == set() and finished[0].stderr.endswith("permission denied")
     assert len(list((tmp_path / "outbox").glob("*.done"))) == 1  # a watcher killed here loses nothing
     again, _ = Outbox(tmp_path / "outbox", Recorder()).leftovers()
@@ -77,7 +86,10 @@ def test_the_helper_outlives_a_watcher_killed_while_it_sends(tmp_path):
         from slurm_preempt.watch.outbox import Item, Outbox
         from slurm_preempt.slurm.commands import Slurm
         box = Outbox(Path({str(folder)!r}), Slurm(timeout=20), detached=True, timeout=20)
-        box.send(box.write([("USR1", [Item("11", "11", "pre1", "e"), Item("12", "12", "pre1", "e")])]))
+        items = [Item("11", "11", "pre1", "e"), Item("12", "12", "pre1", "e")]
+        batches = box.plan([("USR1", items)])
+        box.write(batches)
+        box.send(batches)
         """
     )
     child = subprocess.Popen([sys.executable, "-c", watcher], env=env)
@@ -93,7 +105,7 @@ def test_the_helper_outlives_a_watcher_killed_while_it_sends(tmp_path):
 
 def test_an_intent_left_unclaimed_is_sent_by_the_next_watcher(tmp_path):
     box = Outbox(tmp_path / "outbox", Recorder())
-    box.write([("USR1", ITEMS)])  # then the watcher dies before sending
+    _queued(box, [("USR1", ITEMS)])  # then the watcher dies before sending
     slurm = Recorder()
     finished, in_flight = Outbox(tmp_path / "outbox", slurm).leftovers()
     assert slurm.calls == [(["11", "10_2"], "USR1")] and len(finished) == 1 and in_flight == set()
@@ -102,7 +114,7 @@ def test_an_intent_left_unclaimed_is_sent_by_the_next_watcher(tmp_path):
 def test_no_folder_means_in_memory(tmp_path):
     slurm = Recorder()
     box = Outbox(None, slurm)
-    finished, _ = box.send(box.write([("USR1", ITEMS[:1]), ("USR2", ITEMS[1:])]))
+    finished, _ = box.send(_queued(box, [("USR1", ITEMS[:1]), ("USR2", ITEMS[1:])]))
     assert sorted(slurm.calls) == [(["10_2"], "USR2"), (["11"], "USR1")] and len(finished) == 2
     assert box.leftovers() == ([], set())
 
@@ -112,7 +124,7 @@ def test_a_planted_or_broken_intent_is_set_aside_never_sent(tmp_path, caplog):
     of the watcher's own uid is ever sent."""
     folder = tmp_path / "outbox"
     box = Outbox(folder, Recorder())
-    box.write([("USR1", ITEMS)])  # creates the folder, mode 700
+    _queued(box, [("USR1", ITEMS)])  # creates the folder, mode 700
     for intent in folder.glob("*.intent"):
         intent.unlink()
 
@@ -145,7 +157,27 @@ def test_an_outbox_folder_others_may_write_is_not_used(tmp_path, caplog):
     folder.chmod(0o777)
     slurm = Recorder()
     box = Outbox(folder, slurm)
-    finished, _ = box.send(box.write([("USR1", ITEMS)]))
+    finished, _ = box.send(_queued(box, [("USR1", ITEMS)]))
     assert slurm.calls == [(["11", "10_2"], "USR1")] and len(finished) == 1  # sent from memory
     assert list(folder.iterdir()) == []
     assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_helper_started_ahead_waits_for_its_intent_and_one_whose_intent_never_comes_sends_nothing(
+    tmp_path,
+):
+    env = _stub_scancel(tmp_path)
+    folder = tmp_path / "outbox"
+    folder.mkdir(mode=0o700)
+    first, second = folder / "1.intent", folder / "2.intent"
+    argv = [sys.executable, "-m", "slurm_preempt.watch.sender"]
+    early = subprocess.Popen([*argv, str(first), "20"], env=env)
+    never = subprocess.Popen([*argv, str(second), "20"], env=env)
+    time.sleep(0.5)  # the notices are being written
+    write_atomic(first, json.dumps(Batch("1", "USR1", ITEMS).to_json()))
+    assert early.wait(30) == 0
+    assert json.loads((folder / "1.done").read_text())["stderr"] == ""
+    assert Path(env["SP_RECORD"]).read_text().split() == ["--signal=USR1", "--batch", "11", "10_2"]
+    assert outbox.act(second, Recorder(), wait=0.1) is False  # the watcher died before writing it
+    never.kill()
+    never.wait(10)

@@ -63,6 +63,7 @@ class Batch:
     error: str = ""  # nothing is known to be sent (timeout, no scancel): retry them all
     unknown: bool = False  # its actor died mid-way: taken as sent
     path: Path | None = None  # its outcome file, removed by ``finish`` once the watcher confirmed it
+    helper: subprocess.Popen | None = field(default=None, repr=False, compare=False)  # detached sender
 
     def to_json(self) -> dict:
         return {"signal": self.signal, "items": [asdict(i) for i in self.items]}
@@ -93,20 +94,28 @@ class Outbox:
 
     # ------------------------------------------------------------------------------------ sending
 
-    def write(self, wanted: list[tuple[str, list[Item]]]) -> list[Batch]:
-        """One intent per (signal, items): from here on, whoever holds the state next can finish it."""
+    def plan(self, wanted: list[tuple[str, list[Item]]]) -> list[Batch]:
+        """One batch per (signal, items). Detached, their helpers start now: a Python process starts
+        while the watcher writes the notices, then waits for its intent (the signal follows the notice
+        by milliseconds, not by a process start)."""
         batches = [Batch(self._name(), signal, items) for signal, items in wanted if items]
+        if self.detached and batches and self._usable():
+            for batch in batches:
+                batch.helper = self._spawn(self._path(batch.name, INTENT))
+        return batches
+
+    def write(self, batches: list[Batch]) -> None:
+        """The intents: from here on, whoever holds the state next can finish them."""
         if batches and self._usable():
             for batch in batches:
                 write_atomic(self._path(batch.name, INTENT), json.dumps(batch.to_json()), sync=False)
-        return batches
 
     def send(self, batches: list[Batch]) -> tuple[list[Batch], set[str]]:
         """Send the batches side by side. Returns those with an outcome, and the job ids of those whose
         outcome is not known yet (a helper still running: the next poll's ``leftovers`` has it)."""
         if self.folder is None:
             return self._in_memory(batches), set()
-        return self._run([self._path(b.name, INTENT) for b in batches])
+        return self._run([self._path(b.name, INTENT) for b in batches], [b.helper for b in batches])
 
     def _in_memory(self, batches: list[Batch]) -> list[Batch]:
         def one(batch: Batch) -> Batch:
@@ -116,10 +125,13 @@ class Outbox:
 
         return side_by_side(one, batches)
 
-    def _run(self, intents: list[Path]) -> tuple[list[Batch], set[str]]:
+    def _run(
+        self, intents: list[Path], helpers: list[subprocess.Popen | None] | None = None
+    ) -> tuple[list[Batch], set[str]]:
         # scancel signals its jobs one RPC after another: a few batches side by side go faster.
         if self.detached:
-            self._wait(list(map(self._spawn, intents)))
+            started = helpers or [None] * len(intents)
+            self._wait([h or self._spawn(i) for h, i in zip(started, intents, strict=True)])
         else:
             side_by_side(lambda path: act(path, self.slurm), intents)
         finished, in_flight = [], set()

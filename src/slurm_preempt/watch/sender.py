@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from slurm_preempt.watch.sentstate import write_atomic
 
 INTENT, CLAIMED, DONE, ASIDE = ".intent", ".claimed", ".done", ".corrupt"
 MAX_BYTES = 1 << 20
+INTENT_WAIT = 60.0  # seconds a helper started ahead of its intent waits for it
+WAIT_STEP = 0.005
 _JOB_ID = re.compile(r"\d+(?:_\d+)?")
 
 
@@ -55,13 +58,12 @@ def check(data: Any) -> None:
             raise ValueError("a batch item whose job is not a Slurm job id")
 
 
-def act(intent: Path, slurm: Any) -> bool:
-    """Claim ``intent`` (a rename: one claimer only), send it, write the outcome next to it.
-    False when another actor claimed it first."""
+def act(intent: Path, slurm: Any, wait: float = 0.0) -> bool:
+    """Claim ``intent`` (a rename: one claimer only), send it, write the outcome next to it. Waits up to
+    ``wait`` seconds for the intent to be written. False when another actor claimed it, or it never came
+    (the watcher died, or lost its lease, before writing it)."""
     claimed = intent.with_suffix(CLAIMED)
-    try:
-        os.rename(intent, claimed)
-    except FileNotFoundError:
+    if not _claim(intent, claimed, time.monotonic() + wait):
         return False
     try:
         data = read_owned(claimed)
@@ -71,6 +73,17 @@ def act(intent: Path, slurm: Any) -> bool:
     write_atomic(claimed.with_suffix(DONE), json.dumps({**data, **send(data, slurm)}), sync=False)
     claimed.unlink()
     return True
+
+
+def _claim(intent: Path, claimed: Path, deadline: float) -> bool:
+    while True:
+        try:
+            os.rename(intent, claimed)
+            return True
+        except FileNotFoundError:
+            if time.monotonic() >= deadline or claimed.exists() or claimed.with_suffix(DONE).exists():
+                return False
+            time.sleep(WAIT_STEP)
 
 
 def send(data: dict[str, Any], slurm: Any) -> dict[str, str]:
@@ -87,7 +100,7 @@ def send(data: dict[str, Any], slurm: Any) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     from slurm_preempt.slurm.commands import Slurm
 
-    act(Path(argv[0]), Slurm(timeout=float(argv[1])))
+    act(Path(argv[0]), Slurm(timeout=float(argv[1])), wait=INTENT_WAIT)
     return 0
 
 

@@ -56,9 +56,6 @@ def tell_many(
     ``in_flight``: jobs whose signal an earlier batch is still sending. Returns the ids to retry."""
     plans = [_plan(ctx, job, event, may_signal, in_flight) for job, event, may_signal in pairs]
     plans = [p for p in plans if p.write or p.signal]
-    retry = {p.job.job_id for p in _notices(ctx, plans) if p.failure}
-    ctx.save()  # the notices are in the state before any signal (a signal may end a sidecar's job)
-    ctx.check_lease()
     by_signal: dict[str, list[_Delivery]] = {}
     for plan in plans:
         if plan.signal:
@@ -68,7 +65,11 @@ def tell_many(
         for sig, group in sorted(by_signal.items())
         for chunk in _chunk(group)
     ]
-    batches = outbox.write(wanted)
+    batches = outbox.plan(wanted)  # their senders start while the notices are written
+    retry = {p.job.job_id for p in _notices(ctx, plans) if p.failure}
+    ctx.save()  # the notices are in the state before any signal (a signal may end a sidecar's job)
+    ctx.check_lease()
+    outbox.write(batches)
     records = {(i.job_id, i.event_id): _record_signal(ctx, i, b.signal) for b in batches for i in b.items}
     finished, pending = outbox.send(batches)
     in_flight |= pending
