@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from clusterutil import wait_for
@@ -163,21 +162,18 @@ def test_an_outbox_folder_others_may_write_is_not_used(tmp_path, caplog):
     assert sum("cannot be trusted" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_helper_started_ahead_waits_for_its_intent_and_one_whose_intent_never_comes_sends_nothing(
-    tmp_path,
-):
-    env = _stub_scancel(tmp_path)
+def test_the_helper_sends_each_intent_named_on_its_pipe_and_exits_when_the_pipe_closes(tmp_path):
+    env = _stub_scancel(tmp_path, seconds=0.5)
     folder = tmp_path / "outbox"
     folder.mkdir(mode=0o700)
-    first, second = folder / "1.intent", folder / "2.intent"
-    argv = [sys.executable, "-m", "slurm_preempt.watch.sender"]
-    early = subprocess.Popen([*argv, str(first), "20"], env=env)
-    never = subprocess.Popen([*argv, str(second), "20"], env=env)
-    time.sleep(0.5)  # the notices are being written
-    write_atomic(first, json.dumps(Batch("1", "USR1", ITEMS).to_json()))
-    assert early.wait(30) == 0
-    assert json.loads((folder / "1.done").read_text())["stderr"] == ""
-    assert Path(env["SP_RECORD"]).read_text().split() == ["--signal=USR1", "--batch", "11", "10_2"]
-    assert outbox.act(second, Recorder(), wait=0.1) is False  # the watcher died before writing it
-    never.kill()
-    never.wait(10)
+    argv = [sys.executable, "-m", "slurm_preempt.watch.sender", "--serve", "20"]
+    helper = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, text=True)
+    intents = [folder / "1.intent", folder / "2.intent"]
+    for number, intent in enumerate(intents):
+        write_atomic(intent, json.dumps(Batch(str(number), "USR1", ITEMS[number : number + 1]).to_json()))
+    helper.stdin.write(f"{intents[0]}\n{intents[1]}\n{intents[0]}\n")  # the third: claimed already
+    helper.stdin.close()  # the watcher is gone: what was claimed is still sent
+    assert helper.wait(30) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["1.done", "2.done"]
+    calls = sorted(Path(env["SP_RECORD"]).read_text().splitlines())
+    assert calls == ["--signal=USR1 --batch 10_2", "--signal=USR1 --batch 11"]

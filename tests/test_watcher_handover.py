@@ -102,8 +102,8 @@ def test_killed_after_the_signal_before_confirming_the_survivor_only_confirms(wo
     fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
     real_run = Outbox._run
 
-    def sent_then_killed(self, intents, helpers=None):
-        real_run(self, intents, helpers)  # the helpers finish (they outlive the watcher) ...
+    def sent_then_killed(self, intents):
+        real_run(self, intents)  # the helpers finish (they outlive the watcher) ...
         raise Killed  # ... but the watcher dies before reading their outcome
 
     with monkeypatch.context() as patch:

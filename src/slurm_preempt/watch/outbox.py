@@ -6,16 +6,21 @@ never both act), runs one ``scancel --signal`` for its jobs, writes the outcome 
 scancel said) and removes the claim. The watcher reads the outcome, confirms each job in its state and
 removes the file.
 
-The actor is a helper process in a session of its own (``watch.sender``):
-a watcher that dies while it runs (SIGKILL, out of memory, systemd restarting it) leaves it to finish,
-and the next watcher to hold the state (the same one restarted, or the standby) finds the outcome. An
-intent nobody claimed is claimed and sent by that next watcher. A claim still without an outcome after
-the Slurm timeout plus ``HELPER_GRACE`` means its actor died with its machine: what it sent is unknown,
-and it is taken as sent (at most once; the notice files were written before any signal, and the resume
-library reads them without a signal).
+The actor is a helper process (``watch.sender``) in a session of its own, started once and fed the
+names of new intents through a pipe: it is already running when a batch is due, so a job's signal
+follows its notice by milliseconds. A watcher that dies (SIGKILL, out of memory, systemd restarting
+it) closes the pipe: the helper finishes the batches it claimed and exits, and the next watcher to hold
+the state (the same one restarted, or the standby) finds their outcomes. An intent nobody claimed is
+sent by that next watcher. A claim still without an outcome after the Slurm timeout plus
+``HELPER_GRACE`` means its actor died with its machine: what it sent is unknown, and it is taken as
+sent (at most once; the notice files were written before any signal, and the resume library reads them
+without a signal).
 
-Without a folder (a watcher with no state directory) or with ``detached`` False (unit tests with an
-in-memory Slurm), the same protocol runs in threads of the watcher.
+The watcher waits for outcomes at most ``SEND_WAIT`` seconds: a scancel that takes longer (it retries a
+job in transition every 5 s) is confirmed on a later poll, and never holds up the loop.
+
+Without a folder (a watcher with no state directory, or a sidecar) or with ``detached`` False (unit
+tests with an in-memory Slurm), the same protocol runs in threads of the watcher.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from slurm_preempt.watch.threads import side_by_side
 
 log = logging.getLogger(__name__)
 
-HELPER_GRACE = 30.0  # seconds a helper may take beyond the Slurm timeout (start-up, a loaded machine)
+HELPER_GRACE = 30.0  # seconds a helper may take beyond the Slurm timeout (a loaded machine)
+SEND_WAIT = 2.0  # seconds a poll waits for the outcome of its signals before going on
+LOOK_EVERY = 0.002  # seconds between looks for an outcome
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,6 @@ class Batch:
     error: str = ""  # nothing is known to be sent (timeout, no scancel): retry them all
     unknown: bool = False  # its actor died mid-way: taken as sent
     path: Path | None = None  # its outcome file, removed by ``finish`` once the watcher confirmed it
-    helper: subprocess.Popen | None = field(default=None, repr=False, compare=False)  # detached sender
 
     def to_json(self) -> dict:
         return {"signal": self.signal, "items": [asdict(i) for i in self.items]}
@@ -90,18 +96,16 @@ class Outbox:
     monotonic: Callable[[], float] = time.monotonic
     _claims_seen: dict[str, float] = field(default_factory=dict)  # claim name -> first seen (monotonic)
     _trusted: bool = False
+    _helper: subprocess.Popen | None = None
     _count: int = 0
 
     # ------------------------------------------------------------------------------------ sending
 
     def plan(self, wanted: list[tuple[str, list[Item]]]) -> list[Batch]:
-        """One batch per (signal, items). Detached, their helpers start now: a Python process starts
-        while the watcher writes the notices, then waits for its intent (the signal follows the notice
-        by milliseconds, not by a process start)."""
+        """One batch per (signal, items). Detached, the helper is made ready now (it starts once)."""
         batches = [Batch(self._name(), signal, items) for signal, items in wanted if items]
-        if self.detached and batches and self._usable():
-            for batch in batches:
-                batch.helper = self._spawn(self._path(batch.name, INTENT))
+        if batches and self.detached and self._usable():
+            self._ready()
         return batches
 
     def write(self, batches: list[Batch]) -> None:
@@ -112,10 +116,19 @@ class Outbox:
 
     def send(self, batches: list[Batch]) -> tuple[list[Batch], set[str]]:
         """Send the batches side by side. Returns those with an outcome, and the job ids of those whose
-        outcome is not known yet (a helper still running: the next poll's ``leftovers`` has it)."""
+        outcome is not known yet (still sending: a later poll's ``leftovers`` has it)."""
         if self.folder is None:
             return self._in_memory(batches), set()
-        return self._run([self._path(b.name, INTENT) for b in batches], [b.helper for b in batches])
+        return self._run([self._path(b.name, INTENT) for b in batches])
+
+    def close(self) -> None:
+        """No more batches from this watcher: its helper finishes what it claimed and exits."""
+        if self._helper is not None and self._helper.stdin is not None:
+            try:
+                self._helper.stdin.close()
+            except OSError:
+                pass
+        self._helper = None
 
     def _in_memory(self, batches: list[Batch]) -> list[Batch]:
         def one(batch: Batch) -> Batch:
@@ -125,13 +138,11 @@ class Outbox:
 
         return side_by_side(one, batches)
 
-    def _run(
-        self, intents: list[Path], helpers: list[subprocess.Popen | None] | None = None
-    ) -> tuple[list[Batch], set[str]]:
+    def _run(self, intents: list[Path]) -> tuple[list[Batch], set[str]]:
         # scancel signals its jobs one RPC after another: a few batches side by side go faster.
         if self.detached:
-            started = helpers or [None] * len(intents)
-            self._wait([h or self._spawn(i) for h, i in zip(started, intents, strict=True)])
+            self._hand_over(intents)
+            self._wait_for([i.with_suffix(DONE) for i in intents])
         else:
             side_by_side(lambda path: act(path, self.slurm), intents)
         finished, in_flight = [], set()
@@ -139,41 +150,57 @@ class Outbox:
             batch = self._collect(intent.with_suffix(DONE))
             if batch is not None:
                 finished.append(batch)
-            else:  # not done yet (a slow helper): the next poll's leftovers() picks it up
+            else:  # not done yet (a slow scancel): a later poll's leftovers() picks it up
                 in_flight |= self._ids(intent)
         return finished, in_flight
 
-    def _spawn(self, intent: Path) -> subprocess.Popen:
-        # A session of its own and no pipe to us: the helper outlives a watcher killed mid-way (a
-        # signal to the watcher's process group does not reach it, a closed pipe cannot kill it).
-        argv = [sys.executable, "-m", "slurm_preempt.watch.sender", str(intent), f"{self.timeout:g}"]
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    def _ready(self) -> subprocess.Popen:
+        if self._helper is None or self._helper.poll() is not None:
+            # A session of its own, and nothing of ours it could die of: a signal to the watcher's
+            # process group does not reach it, and the pipe only feeds it (it never writes to us).
+            argv = [sys.executable, "-m", "slurm_preempt.watch.sender", "--serve", f"{self.timeout:g}"]
+            self._helper = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                text=True,
+            )
+        return self._helper
 
-    def _wait(self, helpers: list[subprocess.Popen]) -> None:
-        end = self.monotonic() + self.timeout + HELPER_GRACE
-        for helper in helpers:
-            while helper.poll() is None and self.monotonic() < end:
-                self.beat()
-                try:
-                    helper.wait(timeout=0.5)
-                except subprocess.TimeoutExpired:
-                    continue
-            if helper.returncode not in (0, None):
-                log.warning("signal helper %s exited with %s", helper.pid, helper.returncode)
+    def _hand_over(self, intents: list[Path]) -> None:
+        lines = "".join(f"{intent}\n" for intent in intents)
+        for _attempt in range(2):  # a helper that died (killed, crashed) is started again once
+            helper = self._ready()
+            try:
+                assert helper.stdin is not None
+                helper.stdin.write(lines)
+                helper.stdin.flush()
+                return
+            except (BrokenPipeError, OSError) as exc:
+                log.warning("signal helper %d is gone (%s): starting another", helper.pid, exc)
+                self._helper = None
+        log.error("no signal helper: the batches stay as intents for the next poll")
+
+    def _wait_for(self, outcomes: list[Path]) -> None:
+        end = self.monotonic() + SEND_WAIT
+        left = list(outcomes)
+        while left and self.monotonic() < end:
+            time.sleep(LOOK_EVERY)
+            left = [path for path in left if not path.exists()]
+            self.beat()
 
     # ------------------------------------------------------------------------------------ leftovers
 
     def leftovers(self) -> tuple[list[Batch], set[str]]:
-        """Batches an earlier watcher (or a slow helper) left: outcomes written, intents never claimed
+        """Batches an earlier watcher (or a slow scancel) left: outcomes written, intents never claimed
         (sent now), claims whose actor died (taken as sent). Also the job ids still in flight."""
         if not self._usable():
             return [], set()
+        assert self.folder is not None
+        if self.detached:
+            self._ready()  # from the first poll on: the first signal waits for no process start
         names = sorted(os.listdir(self.folder))
         finished = [b for b in map(self._collect, self._with(names, DONE)) if b is not None]
         intents = self._with(names, INTENT)

@@ -1,8 +1,11 @@
-"""The signal helper: claim one intent of the watcher's outbox, send its signal, write what scancel said.
+"""The signal helper: claim intents of the watcher's outbox, send their signal, write what scancel said.
 
-``python -m slurm_preempt.watch.sender INTENT TIMEOUT``, started by ``watch.outbox`` in a session of its
-own so that it outlives a watcher killed while it runs. It imports little (a job's signal waits for it
-to start): no logging, no parsers.
+``python -m slurm_preempt.watch.sender --serve TIMEOUT`` is started once by ``watch.outbox``, in a session
+of its own, and reads the paths of new intents from its stdin, one a line, each sent in a thread of its
+own (batches go side by side). When the pipe closes (the watcher stopped, or died) it finishes what it
+claimed and exits: a watcher killed while its signals go out leaves their outcomes behind for the next.
+``python -m slurm_preempt.watch.sender INTENT TIMEOUT`` sends one. It imports little: no logging, no
+parsers.
 
 An intent is data, never a command: the signal must be one of ``optin.SIGNALS``, every job an id
 (``123`` or ``123_4``), and the file a regular file of the user the helper runs as (``watch.outbox``
@@ -16,7 +19,8 @@ import os
 import re
 import stat
 import sys
-import time
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,6 @@ from slurm_preempt.watch.sentstate import write_atomic
 
 INTENT, CLAIMED, DONE, ASIDE = ".intent", ".claimed", ".done", ".corrupt"
 MAX_BYTES = 1 << 20
-INTENT_WAIT = 60.0  # seconds a helper started ahead of its intent waits for it
-WAIT_STEP = 0.005
 _JOB_ID = re.compile(r"\d+(?:_\d+)?")
 
 
@@ -58,12 +60,13 @@ def check(data: Any) -> None:
             raise ValueError("a batch item whose job is not a Slurm job id")
 
 
-def act(intent: Path, slurm: Any, wait: float = 0.0) -> bool:
-    """Claim ``intent`` (a rename: one claimer only), send it, write the outcome next to it. Waits up to
-    ``wait`` seconds for the intent to be written. False when another actor claimed it, or it never came
-    (the watcher died, or lost its lease, before writing it)."""
+def act(intent: Path, slurm: Any) -> bool:
+    """Claim ``intent`` (a rename: one claimer only), send it, write the outcome next to it.
+    False when another actor claimed it first."""
     claimed = intent.with_suffix(CLAIMED)
-    if not _claim(intent, claimed, time.monotonic() + wait):
+    try:
+        os.rename(intent, claimed)
+    except FileNotFoundError:
         return False
     try:
         data = read_owned(claimed)
@@ -73,17 +76,6 @@ def act(intent: Path, slurm: Any, wait: float = 0.0) -> bool:
     write_atomic(claimed.with_suffix(DONE), json.dumps({**data, **send(data, slurm)}), sync=False)
     claimed.unlink()
     return True
-
-
-def _claim(intent: Path, claimed: Path, deadline: float) -> bool:
-    while True:
-        try:
-            os.rename(intent, claimed)
-            return True
-        except FileNotFoundError:
-            if time.monotonic() >= deadline or claimed.exists() or claimed.with_suffix(DONE).exists():
-                return False
-            time.sleep(WAIT_STEP)
 
 
 def send(data: dict[str, Any], slurm: Any) -> dict[str, str]:
@@ -97,10 +89,33 @@ def send(data: dict[str, Any], slurm: Any) -> dict[str, str]:
         return {"error": str(exc)}
 
 
+def serve(lines: Iterable[str], slurm: Any) -> None:
+    """Send each intent named on a line, side by side; return once the lines end and all are sent."""
+    running: list[threading.Thread] = []
+    for line in lines:
+        running = [t for t in running if t.is_alive()]
+        if line.strip():
+            thread = threading.Thread(target=_act_quietly, args=(Path(line.strip()), slurm))
+            thread.start()
+            running.append(thread)
+    for thread in running:
+        thread.join()
+
+
+def _act_quietly(intent: Path, slurm: Any) -> None:
+    try:
+        act(intent, slurm)
+    except OSError:  # the folder went away: the watcher finds the claim and takes it as unknown
+        pass
+
+
 def main(argv: list[str]) -> int:
     from slurm_preempt.slurm.commands import Slurm
 
-    act(Path(argv[0]), Slurm(timeout=float(argv[1])), wait=INTENT_WAIT)
+    if argv[0] == "--serve":
+        serve(sys.stdin, Slurm(timeout=float(argv[1])))
+    else:
+        act(Path(argv[0]), Slurm(timeout=float(argv[1])))
     return 0
 
 

@@ -153,6 +153,7 @@ class Watcher:
 
     def release(self) -> None:
         """A clean stop: a standby may take over at once."""
+        self.outbox.close()
         if self.lease is not None:
             self.lease.release()
 
