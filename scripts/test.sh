@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command two: set up and run the whole test suite (lint, unit and integration tests on a real
+# README command two: set up and run the whole test suite (lint, types, unit and integration tests on a real
 # local Slurm cluster). Under CI=true a missing Slurm fails the run instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +15,8 @@ fi
 echo "== lint"
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench
+echo "== types"
+.venv/bin/mypy
 echo "== tests"
 set +e
 .venv/bin/python -m pytest "$@"

@@ -4,7 +4,8 @@ It speaks the Together cluster API shape (``GET /v1/compute/clusters/<id>`` with
 answering a document with ``node_lifecycle_events``) and the two cloud metadata services (AWS IMDSv2
 spot ``instance-action``, GCP ``instance/preempted``). ``server.mode`` picks the answer: ``good``,
 ``malformed`` (not JSON), ``shape`` (JSON without the array), ``slow`` (sleeps past the client's
-timeout), ``error`` (HTTP 500). Every request is remembered with its headers in ``server.requests``.
+timeout), ``error`` (HTTP 500), ``redirect`` (302 to ``server.redirect_to``, as a hostile or broken
+proxy would). Every request is remembered with its headers in ``server.requests``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ApiServer(ThreadingHTTPServer):
         self.aws_action: dict | None = None
         self.gcp_preempted = False
         self.requests: list[dict] = []
+        self.redirect_to = ""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     def handle_error(self, request, client_address):  # a client that timed out is expected here
@@ -61,6 +63,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _misbehave(self) -> bool:
         mode = self.server.mode
+        if mode == "redirect":
+            self.send_response(302)
+            self.send_header("Location", self.server.redirect_to + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
         if mode == "slow":
             time.sleep(self.server.slow_seconds)
         if mode == "error":

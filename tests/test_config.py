@@ -61,7 +61,9 @@ def test_every_documented_key_is_accepted():
         lines.append(match.group(1) if match else line)
     data = tomllib.loads("\n".join(lines))
     assert data["watch"]["interval"] == 5 and data["resume"]["keep"] == 3
-    sbatch_spec.merge_settings(data["sbatch"], {})
+    sbatch_settings = sbatch_spec.merge_settings(data["sbatch"], {})
+    spec = sbatch_spec.build_spec(sbatch_settings, ["python", "train.py"])  # every value is valid too
+    assert spec.checkpoint_interval == "618" and spec.partition == "gpu"
     watchconfig.settings_from(watchconfig.merged(data["watch"], {}))
     from slurm_preempt.records.report import Prices
 

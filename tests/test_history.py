@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
+
+import pytest
 
 from slurm_preempt.records import history
 from slurm_preempt.slurm.parse import AcctRecord
@@ -148,6 +151,53 @@ def test_self_requeue_ends_counted_for_the_attempt_that_ended(data_dir):
     assert all(a.lost_seconds < 1 for a in found.attempts)  # final checkpoint just before each end
 
 
+def test_work_after_a_final_checkpoint_is_not_lost():
+    """The job saved its final checkpoint because it was leaving: what follows is leaving, not work."""
+    events = [
+        start(0, 0, "pre1"),
+        ev("notice_sent", 10, event_id=f"pre1@{at(10)}", deadline=at(40)),
+        ev("checkpoint_saved", 20, final=True),
+        ev("requeued", 21),
+        end(25, 0, hook="epilog", node="pre1"),
+        end(25, 0),
+        start(30, 1, "pre2"),
+        ev("checkpoint_saved", 35),
+        end(50, 1),  # no node epilog before the next start: pre2 vanished, the work since 35 is lost
+        start(60, 2, "pre3"),
+        end(70, 2),
+    ]
+    found = history.build("5", events)
+    assert found.attempts[1].cause == "node failure (preempted)"
+    assert [a.lost_seconds for a in found.attempts] == [0, 15, 0]
+    assert found.lost_seconds == 15 and found.to_json()["lost_seconds"] == 15
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.04, "0s"), (0.2, "0.2s"), (9.94, "9.9s"), (10.4, "10s"), (125, "2m05s"), (7500, "2h05m")],
+)
+def test_one_rounding_of_durations(seconds, text):
+    assert history.seconds_text(seconds) == text
+
+
+def test_work_lost_is_one_figure_in_history_timeline_and_report(data_dir):
+    """README's demo job (three notices, each followed by a final checkpoint and a self-requeue): the
+    history, the timeline's title and the report tell the same work lost."""
+    from slurm_preempt.records import report, timeline
+
+    found = history.from_ledger("28056304", data_dir / "ledger-self-requeue")
+    figure = history.seconds_text(found.lost_seconds)
+    assert figure == "0s"  # every preempted attempt left right after its final checkpoint
+    text = history.history_text(found)
+    assert f"3 preemption(s), {figure} of work lost" in text
+    for attempt in found.attempts:
+        assert f"work lost {history.seconds_text(attempt.lost_seconds)}" in text
+    title = ET.fromstring(timeline.render_svg(found)).find("{http://www.w3.org/2000/svg}text")
+    assert title is not None and f"3 preemption(s), {figure} of work lost" in (title.text or "")
+    cost = report.job_cost(found, report.Prices())
+    assert cost.lost_hours == found.lost_seconds / 3600  # one CPU: resource-hours are hours
+
+
 class _Slurm:
     """Answers the two questions history asks about an array task: squeue (``job``), sacct."""
 
@@ -163,8 +213,6 @@ class _Slurm:
 
 def test_history_of_an_array_task_named_a_t(tmp_path):
     """The hooks and the watcher file a task's ledger under its own job id; `history A_T` finds it."""
-    import pytest
-
     from slurm_preempt import ledger
     from slurm_preempt.errors import UsageError
     from slurm_preempt.slurm.parse import Job

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from hostileusers import MALLORY, ensure_user
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.records import hooks
@@ -190,3 +192,167 @@ def _write_conf(base: Path, prefix: Path) -> Path:
     conf = base / "slurm.conf"
     conf.write_text("\n".join(hooks.conf_lines(prefix)) + "\n")
     return conf
+
+
+# ---------------------------------------------------------------------------------------- hostile
+
+
+HOOKS = (f"prolog.d/{hooks.HOOK_NAME}", f"epilog.d/{hooks.HOOK_NAME}", "slurm-preempt/epilog-slurmctld",
+         "slurm-preempt/taskprolog")  # fmt: skip
+SHELLS = ("dash", "bash")
+
+
+def _break_lib_missing(prefix, state, env):
+    (prefix / "slurm-preempt" / "lib.sh").unlink()
+
+
+def _break_lib_a_folder(prefix, state, env):
+    lib = prefix / "slurm-preempt" / "lib.sh"
+    lib.unlink()
+    lib.mkdir()
+
+
+def _break_lib_syntax(prefix, state, env):
+    (prefix / "slurm-preempt" / "lib.sh").write_text("sp_init() {\n  if then fi\n")
+
+
+def _break_lib_unreadable(prefix, state, env):
+    os.chmod(prefix / "slurm-preempt" / "lib.sh", 0)
+
+
+def _break_conf_missing(prefix, state, env):
+    (prefix / "slurm-preempt" / "hooks.conf").unlink()
+
+
+def _break_conf_relative(prefix, state, env):
+    (prefix / "slurm-preempt" / "hooks.conf").write_text("state_dir=relative/dir\nlog=\n")
+
+
+def _break_state_missing(prefix, state, env):
+    shutil.rmtree(state)
+
+
+def _break_state_not_roots(prefix, state, env):
+    os.chown(state, ensure_user(MALLORY)[0], -1)
+
+
+def _break_state_world_writable(prefix, state, env):
+    os.chmod(state, 0o777)
+
+
+def _break_jobs_a_symlink(prefix, state, env):
+    elsewhere = state.parent / "elsewhere"
+    elsewhere.mkdir()
+    os.rmdir(state / "jobs")
+    os.symlink(elsewhere, state / "jobs")
+
+
+def _break_jobs_a_file(prefix, state, env):
+    os.rmdir(state / "jobs")
+    (state / "jobs").write_text("")
+
+
+def _break_job_dir_a_symlink(prefix, state, env):
+    elsewhere = state.parent / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, state / "jobs" / env["SLURM_JOB_ID"])
+
+
+def _break_job_id(prefix, state, env):
+    env["SLURM_JOB_ID"] = "../../elsewhere"
+
+
+def _break_job_id_command(prefix, state, env):
+    env["SLURM_JOB_ID"] = "1;touch ${HOME:-/tmp}/owned"
+    env["SLURM_JOB_UID"] = "0;x"
+
+
+def _break_hostile_values(prefix, state, env):
+    for key in ("SLURMD_NODENAME", "SLURM_JOB_USER", "SLURM_JOB_PARTITION", "SLURM_JOB_CONSTRAINTS"):
+        env[key] = '"},{"kind":"attempt_end"\n\\\x01' + "x" * 100_000
+
+
+def _break_no_environment(prefix, state, env):
+    env.clear()
+
+
+FAILURES = {
+    "lib.sh missing": _break_lib_missing,
+    "lib.sh a folder": _break_lib_a_folder,
+    "lib.sh syntax error": _break_lib_syntax,
+    "lib.sh mode 000": _break_lib_unreadable,
+    "hooks.conf missing": _break_conf_missing,
+    "hooks.conf relative state_dir": _break_conf_relative,
+    "state folder missing": _break_state_missing,
+    "state folder another user's": _break_state_not_roots,
+    "state folder world-writable": _break_state_world_writable,
+    "jobs/ a symlink": _break_jobs_a_symlink,
+    "jobs/ a file": _break_jobs_a_file,
+    "job folder a planted symlink": _break_job_dir_a_symlink,
+    "job id a path": _break_job_id,
+    "job id and uid with shell": _break_job_id_command,
+    "hostile values, 100 kB each": _break_hostile_values,
+    "no environment at all": _break_no_environment,
+}
+
+
+@root_only
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+def test_every_hook_exits_0_on_every_failure_in_dash_and_bash(tmp_path, shell, failure):
+    """Finding 4: under dash, `. lib.sh || exit 0` exited 2 when lib.sh was missing or unreadable (a
+    failing prolog drains the node). 16 failures x 4 hooks x 2 shells; nothing lands outside jobs/."""
+    prefix, state = tmp_path / "etc", tmp_path / "state"
+    hooks.install(prefix, state)
+    env = {**_env("prolog_slurmd"), "PATH": "/nonexistent"}
+    FAILURES[failure](prefix, state, env)
+    for hook in HOOKS:
+        argv = [shutil.which(shell) or shell, str(prefix / hook)]
+        done = subprocess.run(argv, env=env, capture_output=True, check=False)
+        assert done.returncode == 0, (hook, done.stderr[-300:])
+    elsewhere = tmp_path / "elsewhere"
+    assert not elsewhere.exists() or os.listdir(elsewhere) == []
+    assert not (tmp_path / "owned").exists() and not Path("/tmp/owned").exists()
+
+
+def test_install_writes_lib_sh_before_the_hooks_that_source_it(tmp_path, monkeypatch):
+    order = []
+    monkeypatch.setattr(hooks, "_copy", lambda source, target, mode: order.append(target.name))
+    monkeypatch.setattr(hooks, "_write", lambda *a: None)
+    monkeypatch.setattr(hooks, "_own_folder", lambda *a: None)
+    hooks.install(tmp_path / "etc", tmp_path / "state")
+    assert order[0] == "lib.sh" and len(order) == len(hooks.FILES)
+
+
+@root_only
+@pytest.mark.parametrize("where", ["parent owned by a user", "parent world-writable, no sticky bit"])
+def test_install_never_chowns_or_chmods_through_a_folder_a_user_controls(tmp_path, where):
+    """Finding 5: a symlink planted where the state folder goes had its target chowned and chmodded.
+    Now every folder on the way must be root's and closed (or sticky): install refuses, and the
+    target of the planted link keeps its owner and mode."""
+    uid, _gid = ensure_user(MALLORY)
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    if where.startswith("parent owned"):
+        os.chown(parent, uid, -1)
+    else:
+        os.chmod(parent, 0o777)
+    secret = tmp_path / "secret"
+    secret.write_text("root's")
+    os.chmod(secret, 0o600)
+    os.symlink(secret, parent / "state")
+    result = CliRunner().invoke(
+        main, ["hooks", "install", "--prefix", str(tmp_path / "etc"), "--state-dir", str(parent / "state")]
+    )
+    assert result.exit_code == 2 and "refusing the folder" in result.output, result.output
+    info = secret.stat()
+    assert (info.st_uid, info.st_mode & 0o777) == (0, 0o600)
+
+
+@root_only
+def test_install_follows_an_admins_own_symlink(tmp_path):
+    real = tmp_path / "real-etc"
+    real.mkdir()
+    os.symlink(real, tmp_path / "etc")
+    hooks.install(tmp_path / "etc", tmp_path / "state")
+    assert (real / "slurm-preempt" / "lib.sh").is_file()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -114,3 +116,93 @@ def test_totals_give_figures_for_sbatch_auto_interval_and_failed_verdict():
     assert totals["checkpoint_seconds"] == 3.0
     assert result.jobs[1].verdict == "did not complete: failed (exit 2)"
     assert "sbatch --checkpoint-interval auto" in report.report_text(result)
+
+
+def test_without_prices_the_cost_is_compared_in_node_hours_at_the_assumed_discount(data_dir):
+    """First use, no [report] prices: the demo job still gets a cost, a ratio and a verdict that
+    say they rest on the documented default discount."""
+    result = report.build_report(data_dir / "ledger-self-requeue", report.Prices.from_config({}))
+    job = result.jobs[0]
+    assert job.cost_preemptible is None and job.cost_on_demand is None  # no money without prices
+    assert job.assumed_discount == 0.5
+    assert job.node_hours == pytest.approx(job.run_hours)  # one node, one CPU
+    assert job.cost_fraction == pytest.approx(0.5)  # nothing lost: half the on-demand cost
+    assert job.verdict.endswith("50% of the on-demand cost (assumed: preemptible at 50% of on-demand)")
+    text = report.report_text(result)
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("28056304"))
+    assert row.split()[-3:] == [f"{job.node_hours / 2:.3f}*", f"{job.node_hours:.3f}*", "50%*"]
+    assert "* assumed, no price configured: node-hours, preemptible at 50% of the on-demand price" in text
+    data = result.to_json()
+    assert data["jobs"][0]["cost_fraction"] == 0.5 and data["total"]["assumed_discount"] == 0.5
+
+
+def test_assumed_cost_counts_nodes_and_says_when_it_is_not_worth_it():
+    two_nodes = [start(0, 0, "p1"), start(0, 0, "p2"), end(100, 0), start(110, 1, "p3"), end(200, 1)]
+    two_nodes += [start(210, 2, "p1"), end(220, 2), end(220, 2, hook="epilog", node="p1")]
+    cost = report.job_cost(history.build("5", two_nodes), report.Prices.from_config({}))
+    assert cost.node_hours == pytest.approx((2 * 100 + 90 + 10) / 3600)
+    assert cost.lost_node_hours == pytest.approx((2 * 100 + 90) / 3600)  # no checkpoint: all lost
+    assert cost.cost_fraction == pytest.approx(0.5 * 300 / 10)
+    assert cost.verdict == (
+        "preemptible is NOT worth it for this job: lost work and restarts cost 1500% of the on-demand "
+        "cost (assumed: preemptible at 50% of on-demand)"
+    )
+    configured = report.job_cost(
+        history.build("5", two_nodes), report.Prices.from_config({"preemptible_discount": 0.9})
+    )
+    assert configured.cost_fraction == pytest.approx(0.1 * 300 / 10)
+
+
+def test_prices_win_over_the_assumption():
+    found = history.build("5", three_attempts())
+    cost = report.job_cost(found, report.Prices.from_config({"gpu_hour_on_demand": 3.0}))
+    assert cost.assumed_discount is None
+    assert cost.cost_fraction == pytest.approx(cost.cost_preemptible / cost.cost_on_demand)
+    text = report.report_text(report.Report(jobs=[cost]))
+    assert "*" not in text and "assumed" not in text
+
+
+def test_total_ratio_is_taken_before_rounding():
+    jobs = [report.JobCost("1", "u", "p", 1, 0, "CPU-hours", 0.0448, 0.0194, 0.0, True)]
+    jobs[0].cost_preemptible, jobs[0].cost_on_demand = 0.0448 * 0.02, (0.0448 - 0.0194) * 0.04
+    totals = report.Report(jobs=jobs).totals()
+    assert totals["cost_fraction"] == pytest.approx(0.8819, abs=1e-4)  # not 0.0009 / 0.001 = 0.9
+    assert totals["cost_preemptible"] == 0.0009 and totals["cost_on_demand"] == 0.001
+
+
+def test_one_unreadable_ledger_is_skipped_and_counted_never_the_report(tmp_path):
+    """Finding 9: one job's hostile ledger (its folder is its user's) broke `report` for everyone."""
+    from slurm_preempt.records.prices import Prices
+    from slurm_preempt.records.report import build_report, report_text
+
+    _ledger_from(tmp_path, "5", three_attempts())
+    _ledger_from(tmp_path, "6", three_attempts())
+    folder = tmp_path / "jobs" / "6"
+    for path in folder.iterdir():
+        event = json.loads(path.read_text())
+        if event["kind"] == "attempt_start":
+            event["nodes"], event["restart_count"], event["cpus_per_node"] = "n[1-99999999]", "9" * 5000, [1]
+            path.write_text(json.dumps(event))
+    report = build_report(tmp_path, Prices())
+    assert [j.job_id for j in report.jobs] == ["5", "6"] or list(report.unreadable) == ["6"]
+    assert report_text(report)  # renders whatever was skipped
+
+
+def test_a_job_whose_history_raises_is_skipped_and_named(tmp_path, monkeypatch):
+    from slurm_preempt.records import report as reportmod
+    from slurm_preempt.records.prices import Prices
+
+    _ledger_from(tmp_path, "5", three_attempts())
+    _ledger_from(tmp_path, "6", three_attempts())
+    real = reportmod.hist.from_ledger
+
+    def from_ledger(job_id, state_dir, acct=None):
+        if job_id == "6":
+            raise ValueError("hostile")
+        return real(job_id, state_dir, acct)
+
+    monkeypatch.setattr(reportmod.hist, "from_ledger", from_ledger)
+    report = reportmod.build_report(tmp_path, Prices())
+    assert [j.job_id for j in report.jobs] == ["5"] and report.unreadable == {"6": "ValueError: hostile"}
+    assert "1 job(s) skipped" in reportmod.report_text(report)
+    assert report.to_json()["unreadable"] == {"6": "ValueError: hostile"}

@@ -21,7 +21,7 @@ from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.job.checkpoint import CheckpointStore, step_name
 from slurm_preempt.job.resume import Run
-from slurm_preempt.notice import Notice, notice_path, utcnow, write_notice
+from slurm_preempt.notice import Notice, from_text, notice_path, utcnow, write_notice
 
 HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
 
@@ -30,14 +30,15 @@ HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
 def job(tmp_path, monkeypatch):
     """A job environment: id 123, state dir, no config of the developer's leaking in."""
     monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(tmp_path / "config.toml"))
-    (tmp_path / "config.toml").write_text("[resume]\ngrace = 30\nnotice_poll = 0\n")
+    (tmp_path / "config.toml").write_text("[resume]\ndeadline_after_signal = 30\nnotice_poll = 0\n")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     state = tmp_path / "state"
     return {"SLURM_JOB_ID": "123", "SLURM_PREEMPT_STATE_DIR": str(state), "SLURM_JOB_NUM_NODES": "1"}
 
 
 def _run(tmp_path, environ, **kwargs) -> Run:
-    return Run(tmp_path / "ckpt", environ=environ, **kwargs)
+    # pytest puts handlers on the root logger, so a Run would leave its lines to them: ask for stderr.
+    return Run(tmp_path / "ckpt", environ=environ, log_to_stderr=True, **kwargs)
 
 
 def _notice(environ, drain_ago: float = 0, grace: float = 60) -> Notice:
@@ -126,8 +127,8 @@ def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
     assert [e["final"] for e in _kinds(job, "checkpoint_saved")] == [True]
 
 
-def test_signal_sets_a_flag_and_a_deadline_from_the_grace(tmp_path, job):
-    with _run(tmp_path, job, grace=30) as run:
+def test_signal_sets_a_flag_and_a_deadline_after_the_signal(tmp_path, job):
+    with _run(tmp_path, job, deadline_after_signal=30) as run:
         os.kill(os.getpid(), signal.SIGUSR1)
         assert run.notified and run.notice is None
         assert 25 < run.seconds_left <= 30
@@ -309,6 +310,16 @@ def test_cli_wait_returns_on_a_signal(job):
     assert waiting.returncode == 0 and out.startswith("SIGUSR1, deadline")
 
 
+def test_cli_wait_deadline_after_a_bare_signal(job):
+    waiting = _wait(["--timeout", "30", "--deadline-after-signal", "600"], job)
+    wait_for(lambda: _catches(waiting.pid, signal.SIGUSR1), 30, interval=0.05, what="the USR1 handler")
+    waiting.send_signal(signal.SIGUSR1)
+    out, _err = waiting.communicate(timeout=30)
+    deadline = from_text(out.strip().rsplit(" ", 1)[-1])
+    assert waiting.returncode == 0
+    assert 300 < (deadline - utcnow()).total_seconds() <= 600  # not the default 30
+
+
 def test_examples_are_shipped():
     root = Path(__file__).resolve().parents[1] / "examples"
     assert (root / "train_loop.py").exists() and (root / "train_loop.sbatch").exists()
@@ -341,3 +352,64 @@ def test_defaults_from_the_sbatch_script_environment(tmp_path, job):
         ["save", "--step", "1", __file__], {**job, "SLURM_PREEMPT_CHECKPOINT_DIR": str(tmp_path / "c")}
     )
     assert saved.exit_code == 0 and str(tmp_path / "c") in saved.output
+
+
+LOG_SCRIPT = """
+import logging, sys
+from slurm_preempt import Run
+if sys.argv[2] == "basicConfig":
+    logging.basicConfig(level=logging.INFO, format="app %(name)s %(levelname)s %(message)s")
+options = {"log_to_stderr": False} if sys.argv[2] == "off" else {}
+run = Run(sys.argv[1], every=1, **options)
+run.save(1, b"state")
+run = Run(sys.argv[1], **options)
+run.restore()
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        ("none", ["slurm-preempt: resuming from step 1 (attempt 1) on 1 node(s)"]),
+        ("basicConfig", ["app slurm_preempt.job.resume INFO resuming from step 1 (attempt 1) on 1 node(s)"]),
+        ("off", []),
+    ],
+)
+def test_the_job_log_shows_key_lines_once_whoever_configured_logging(tmp_path, job, setup, expected):
+    """A script that configured nothing gets `slurm-preempt: ...` on stderr; one that configured logging
+    gets the line through its own handler, not twice; log_to_stderr=False prints nothing."""
+    script = tmp_path / "job.py"
+    script.write_text(LOG_SCRIPT)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt"), setup],
+        env={**os.environ, **job},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == expected
+
+
+def test_close_says_the_work_is_done_unless_it_stopped_for_a_notice(tmp_path, job):
+    """A notice can land between a program's last step and its exit: Run.close() tells the job script
+    (through SLURM_PREEMPT_DONE_FILE) that the work is done, so the finished job is not requeued."""
+    done = tmp_path / "ckpt" / ".done-123-1"
+    environ = {**job, "SLURM_PREEMPT_DONE_FILE": str(done)}
+    run = _run(tmp_path, environ, every=5)
+    run.save(5, {"x": 1})
+    run.close()
+    assert done.exists()
+
+    done.unlink()
+    with pytest.raises(RuntimeError), _run(tmp_path, environ, every=5):
+        raise RuntimeError("the loop crashed")  # a crash is not a finished job
+    assert not done.exists()
+
+    stopped = _run(tmp_path, environ, every=5)
+    _notice(environ)
+    assert stopped.should_checkpoint(6)
+    stopped.save(6, {"x": 2})
+    assert stopped.preempted
+    stopped.close()  # stopped for the notice: the script must requeue it
+    assert not done.exists()

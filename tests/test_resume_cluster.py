@@ -219,3 +219,48 @@ def test_run_inside_a_script_from_slurm_preempt_sbatch(clean_cluster):
     assert len(requeued) == 1 and requeued[0]["event_id"] == notice.event_id
     resumed = _events(state_dir, job_id, "resumed_from")
     assert resumed[0]["step"] == requeued[0]["step"]
+
+
+FINISHES_THEN_HEARS = """import pathlib, sys, time
+import slurm_preempt
+work = pathlib.Path(sys.argv[1])
+run = slurm_preempt.Run(every=5)
+for step in range(run.step + 1, 11):
+    if run.should_checkpoint(step):
+        run.save(step, {"step": step})
+(work / "last-step-done").touch()
+while not run.notified:  # the notice lands after the last step, before the program exits
+    time.sleep(0.05)
+run.close()
+(work / "completions").open("a").write("done\\n")
+"""
+
+
+def test_a_notice_after_the_last_step_does_not_run_the_finished_job_again(clean_cluster):
+    """The batch shell requeues a command that exits after a notice, unless the command says its work
+    was done (Run.close() creates SLURM_PREEMPT_DONE_FILE): the job completes once, not twice."""
+    cluster = clean_cluster
+    workdir = cluster.workdir / "late-notice"
+    workdir.mkdir()
+    program = workdir / "finish.py"
+    program.write_text(FINISHES_THEN_HEARS)
+    script = subprocess.run(
+        [str(Path(sys.executable).parent / "slurm-preempt"), "sbatch", "--chdir", str(workdir),
+         "--no-sidecar", "--output", str(workdir / "job.log"), "--checkpoint-dir", str(workdir / "ckpt"),
+         "--", sys.executable, str(program), str(workdir)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (workdir / "job.sh").write_text(script)
+    job_id = cluster.slurm.submit(str(workdir / "job.sh"))
+    wait_for((workdir / "last-step-done").exists, 60, what="the program's last step")
+    cluster.slurm.signal(job_id, "USR1", batch_only=True)
+
+    def ended():
+        job = cluster.job(job_id)
+        return job if job is not None and job.state not in ("RUNNING", "PENDING", "COMPLETING") else None
+
+    job = wait_for(ended, 60, what="the job to end")
+    assert job.state == "COMPLETED" and job.restart_count == 0
+    assert (workdir / "completions").read_text() == "done\n"
+    assert "finished its work before the notice reached it" in (workdir / "job.log").read_text()
+    assert not _events(Path(cluster.spec.state_dir), job_id, "requeued")

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,11 +23,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurm_preempt.cli import main as cli_main
+from slurm_preempt.cli.sbatch import command as sbatch_command
 from slurm_preempt.config import Config
 from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.optin import parse as parse_optin
 from slurm_preempt.sbatch import render as gen
-from slurm_preempt.sbatch.options import parse_nodes, parse_time
+from slurm_preempt.sbatch.options import parse_env, parse_nodes, parse_time
+from slurm_preempt.sbatch.optiontable import SETTING_KEYS
 
 EMPTY = Config()
 
@@ -122,7 +127,8 @@ def test_optin_tokens_map_from_options_and_keep_the_users_comment():
         fast_restart=False,
     )
     comment = options_of(made.script)["comment"][0]
-    assert comment.startswith("my run ")
+    # Our tokens first: the watcher reads the first 512 bytes of a comment.
+    assert comment.startswith("slurm-preempt:signal=USR2 ") and comment.endswith(" my run")
     optin = parse_optin(comment)
     assert (optin.signal, optin.fallback_after, optin.fallback_pending, optin.fast_restart) == (
         "USR2",
@@ -300,6 +306,63 @@ def test_checkpoint_interval_auto_needs_its_two_figures():
     result = run_cli("--checkpoint-interval", "auto", "--", "x")
     assert result.exit_code == 2 and "--checkpoint-seconds" in result.output
     assert len(result.output.strip().splitlines()) == 1
+    # Every option the message tells the user to pass exists (it once named two that did not).
+    named = set(re.findall(r"--[a-z][a-z-]+", result.output))
+    assert {"--checkpoint-seconds", "--mtbp", "--learn-from"} <= named
+    existing = {name for param in sbatch_command.params for name in param.opts}
+    assert named <= existing, named - existing
+
+
+def test_checkpoint_interval_auto_from_the_command_line():
+    """The documented command line: it ran into click's "No such option: --checkpoint-seconds"."""
+    from slurm_preempt.records.report import advise_interval
+
+    result = run_cli(
+        "--checkpoint-interval", "auto", "--checkpoint-seconds", "60", "--mtbp", "3600", "--", "true"
+    )
+    assert result.exit_code == 0, result.output
+    advised = round(advise_interval(60.0, 3600.0)["advised_seconds"])
+    assert advised == 618  # Daly: sqrt(2 * 60 * 3600) * (1 + sqrt(c/2m)/3 + (c/2m)/9) - 60 = 617.9
+    assert f"\nexport SLURM_PREEMPT_CHECKPOINT_INTERVAL={advised}\n" in result.output
+    assert result.output.startswith("#!/bin/bash\n")
+
+
+def test_checkpoint_figures_may_come_from_the_config(tmp_path):
+    from slurm_preempt.records.report import advise_interval
+
+    config = tmp_path / "config.toml"
+    config.write_text("[sbatch]\ncheckpoint_seconds = 60\nmtbp = 3600\n")
+    result = run_cli("--checkpoint-interval", "auto", "--", "true", env={"SLURM_PREEMPT_CONFIG": str(config)})
+    assert result.exit_code == 0 and "SLURM_PREEMPT_CHECKPOINT_INTERVAL=618\n" in result.output
+    faster = run_cli(
+        "--checkpoint-interval",
+        "auto",
+        "--mtbp",
+        "900",
+        "--",
+        "true",
+        env={"SLURM_PREEMPT_CONFIG": str(config)},
+    )
+    advised = round(advise_interval(60.0, 900.0)["advised_seconds"])  # the command line wins: M = 900 s
+    assert advised != 618 and f"SLURM_PREEMPT_CHECKPOINT_INTERVAL={advised}\n" in faster.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--checkpoint-seconds", "0", "--mtbp", "60"],
+            "--checkpoint-seconds 0: must be more than 0 seconds",
+        ),
+        (["--checkpoint-seconds", "60", "--mtbp", "often"], "--mtbp 'often' is not a number of seconds"),
+        (["--checkpoint-seconds", "nan", "--mtbp", "60"], "--checkpoint-seconds nan: must be more than 0"),
+    ],
+)
+def test_bad_checkpoint_figures_are_one_line(args, message):
+    result = run_cli("--checkpoint-interval", "auto", *args, "--", "true")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {message}"), result.output
 
 
 def test_checkpoint_interval_auto_uses_the_reports_advice():
@@ -310,6 +373,28 @@ def test_checkpoint_interval_auto_uses_the_reports_advice():
     assert made.spec.checkpoint_interval == str(expected)
     assert 900 < expected < 1300  # sqrt(2 * 90 * 7200) = 1138, less Daly's correction
     assert f"export SLURM_PREEMPT_CHECKPOINT_INTERVAL={expected}" in made.script
+
+
+def documented_run() -> tuple[list[str], str, str]:
+    """The command line of docs/sbatch.md's --explain transcript, its output, and the script shown for it."""
+    page = (Path(__file__).parent.parent / "docs" / "sbatch.md").read_text()
+    transcript = page.split("`slurm-preempt sbatch --explain` for a typical job (real output):\n\n```\n", 1)[
+        1
+    ]
+    transcript = transcript.split("```", 1)[0]
+    prompt, output = transcript.split(" -- python train.py --lr 3e-4\n", 1)
+    argv = shlex.split(prompt.replace("\\\n", " ").removeprefix("$ slurm-preempt sbatch"))
+    shown = page.split("real output of the same command without `--explain`):\n\n```bash\n", 1)[1]
+    return [*argv, "--", "python", "train.py", "--lr", "3e-4"], output, shown.split("```", 1)[0]
+
+
+def test_the_documented_transcripts_are_what_sbatch_prints_today():
+    argv, explained, script = documented_run()
+    ctx = sbatch_command.make_context("sbatch", list(argv))
+    options = {k: v for k, v in ctx.params.items() if k in SETTING_KEYS}
+    made = gen.generate(options, list(ctx.params["command"]), EMPTY)
+    assert ctx.params["explain"] and gen.explain(made.spec) == explained
+    assert made.script == script
 
 
 def test_cli_prints_writes_and_explains(tmp_path):
@@ -440,3 +525,25 @@ def test_a_non_empty_checkpoint_folder_means_restart_even_without_a_restart_coun
     assert "attempt 1 (restart 0)" in (tmp_path / "log").read_text()
     (ckpt / "step-100").unlink()
     assert run_locally(made.script, tmp_path) == [str(tmp_path / "argv.json"), "go"]
+
+
+# ------------------------------------------------------------------------------ hostile names
+
+
+def test_an_env_name_with_a_final_newline_is_refused():
+    """Finding 9: `$` matched before a trailing newline, so `--env $'FOO\\n=x'` passed the name check."""
+    with pytest.raises(UsageError):
+        parse_env("FOO\n=x")
+
+
+@pytest.mark.parametrize("job_name", ["a/b", "../../etc/x", "x/" * 30, "é/\n"])
+def test_a_kept_script_never_lands_under_a_folder_named_by_the_job(tmp_path, monkeypatch, job_name):
+    """Finding 8: a job name with `/` put the kept script under /tmp/slurm-preempt-<first part>/, a
+    folder another user can create first."""
+    from slurm_preempt.sbatch import render
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "slurm-preempt-a").mkdir()  # planted by another user
+    path = render.keep_script("#!/bin/bash\n", job_name)
+    assert path.parent == tmp_path and path.name.startswith("slurm-preempt-")
+    assert os.listdir(tmp_path / "slurm-preempt-a") == []

@@ -152,7 +152,9 @@ def test_sbatch_reads_awkward_values_back_exactly(cluster):
         got_name = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%j"]).rstrip("\n")
         got_comment = cluster.slurm.run(["squeue", "-h", "-j", job_id, "-o", "%k"]).rstrip("\n")
         assert got_name == name
-        assert got_comment.startswith(" ".join(comment.split()) + " slurm-preempt:signal=USR1")
+        # Our tokens first (the watcher reads a comment's first 512 bytes), then the user's words.
+        assert got_comment.startswith("slurm-preempt:signal=USR1 ")
+        assert got_comment.endswith(" " + " ".join(comment.split()))
     cluster.slurm.run(["scancel", *ids])
     assert not Path("/tmp/sp-sbatch-pwned").exists()
 
@@ -368,6 +370,40 @@ def test_cli_submits_and_prints_json(clean_cluster, tmp_path):
     assert Path(answer["script"]).read_text().startswith("#!/bin/bash\n#SBATCH --job-name=cli\n")
     job = cluster.wait_state(answer["job_id"], "COMPLETED", timeout=30)
     assert job.name == "cli" and job.nodes[0].startswith("pre")
+
+
+def test_auto_checkpoint_interval_from_the_command_line_reaches_the_job(clean_cluster, tmp_path):
+    """`--checkpoint-interval auto --checkpoint-seconds 60 --mtbp 3600`, typed as documented: the job's
+    command sees the advised interval in its environment."""
+    from click.testing import CliRunner
+
+    from slurm_preempt.cli import main
+    from slurm_preempt.records.report import advise_interval
+
+    cluster = clean_cluster
+    seen = cluster.workdir / "interval.txt"
+    read_env = "import os, sys; open(sys.argv[1], 'w').write(os.environ['SLURM_PREEMPT_CHECKPOINT_INTERVAL'])"
+    auto = ["--checkpoint-interval", "auto", "--checkpoint-seconds", "60", "--mtbp", "3600"]
+    where = ["--output", str(cluster.workdir / "%x-%j.out"), "--checkpoint-dir", str(tmp_path / "c")]
+    result = CliRunner().invoke(
+        main,
+        [
+            "sbatch",
+            *auto,
+            *where,
+            "--job-name",
+            "auto",
+            "--submit",
+            "--",
+            "python3",
+            "-c",
+            read_env,
+            str(seen),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    cluster.wait_state(result.output.strip(), "COMPLETED", timeout=60)
+    assert seen.read_text() == str(round(advise_interval(60.0, 3600.0)["advised_seconds"])) == "618"
 
 
 SELF_REQUEUE = """

@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_preempt.errors import UsageError
+from slurm_preempt import ids
+from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.slurm import parse as slurmdata
 
 UTC = timezone.utc
 
 
-def read(data_dir, name, version="22.05"):
-    return (data_dir / f"slurm-{version}" / name).read_text()
+def read(data_dir, name, version="22.05") -> bytes:
+    """Output as the real Slurm printed it, bytes and all (captured with SLURM_TIME_FORMAT=%s)."""
+    return (data_dir / f"slurm-{version}" / name).read_bytes()
+
+
+def at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 def test_nodes_draining_and_down(data_dir):
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.txt"), UTC)}
+    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin"))}
     assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
     pre1 = nodes["pre1"]
     assert pre1.state == "ALLOCATED" and pre1.flags == {"DRAIN"}
     assert pre1.drain and pre1.draining and not pre1.down
     assert pre1.reason == "TogetherPreemptionNotified: node reclaimed"
-    assert pre1.reason_time == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
+    assert pre1.reason_time == at(1796139097)
     assert pre1.reason_user == "root"
     assert pre1.has_feature("preemptible")
     pre4 = nodes["pre4"]
@@ -36,36 +43,45 @@ def test_nodes_draining_and_down(data_dir):
     assert std1.features == ("standard",)
 
 
-def test_nodes_after_removal(data_dir):
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes_removed.txt"), UTC)}
-    assert nodes["pre1"].down and nodes["pre1"].drain
-    assert nodes["pre2"].state == "MIXED" and nodes["pre2"].available
-
-
 def test_jobs_running(data_dir):
-    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_running.txt"), UTC)
+    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_running.bin"))
     by_id = {j.job_id: j for j in jobs}
-    train = by_id["28053808"]
+    train = by_id["28070461"]
     assert train.running and train.nodes == ("pre1",) and train.restart_count == 0
     assert train.name == "train | big run"
-    assert train.comment == "slurm-preempt:notify=USR1; with spaces | pipes"
+    assert train.comment == "slurm-preempt:signal=USR1 with spaces | pipes"
     assert train.features == "preemptible" and train.user == "root"
-    assert train.display_id == "28053808" and train.array_task_id == ""
-    task = by_id["28053813"]
-    assert task.array_job_id == "28053809" and task.array_task_id == "1"
-    assert task.display_id == "28053809_1" and task.comment == ""
-    two = by_id["28053810"]
+    assert train.display_id == "28070461" and train.array_task_id == ""
+    assert train.start_time == at(1796139096) and train.submit_time == at(1796139095)
+    task = by_id["28070465"]
+    assert task.array_job_id == "28070462" and task.array_task_id == "1"
+    assert task.display_id == "28070462_1" and task.comment == ""
+    two = by_id["28070463"]
     assert two.nodes == ("std1", "std2") and two.num_nodes == 2
 
 
 def test_jobs_requeued_pending_begintime(data_dir):
-    jobs = {j.job_id: j for j in slurmdata.parse_jobs(read(data_dir, "squeue_jobs_requeued.txt"), UTC)}
-    train = jobs["28053808"]
+    jobs = {j.job_id: j for j in slurmdata.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin"))}
+    train = jobs["28070461"]
     assert train.pending and train.reason == "BeginTime" and train.restart_count == 1
     assert train.nodes == ()
     # Slurm holds a requeued job back ~121 s (cred_expire + 1) after the requeue.
     wait = (train.eligible_time - train.submit_time).total_seconds()
     assert 115 <= wait <= 125
+
+
+def test_times_are_epoch_seconds_whatever_the_hosts_zone(data_dir, monkeypatch):
+    """Finding 9: Slurm times were read in this host's zone. Epoch seconds have none."""
+    import time
+
+    for zone in ("UTC", "America/Los_Angeles", "Asia/Kolkata"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        node = next(n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin")) if n.name == "pre1")
+        assert node.reason_time == at(1796139097)
+        assert slurmdata.parse_time("2026-12-01T06:13:40") == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
+    monkeypatch.delenv("TZ")
+    time.tzset()
 
 
 @pytest.mark.parametrize(
@@ -104,8 +120,10 @@ def test_hostlist_roundtrip(numbers):
 
 def test_times_and_versions(data_dir):
     assert slurmdata.parse_time("Unknown") is None
+    assert slurmdata.parse_time("1796138900") == at(1796138900)
+    assert slurmdata.parse_time("9" * 5000) is None and slurmdata.parse_time("²") is None
     assert slurmdata.parse_time("2026-12-01T06:13:40", UTC) == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
-    assert slurmdata.parse_version(read(data_dir, "version.txt")) == (22, 5)
+    assert slurmdata.parse_version(read(data_dir, "version.txt").decode()) == (22, 5)
     assert slurmdata.parse_version("slurm-wlm 24.11.5") == (24, 11)
     assert slurmdata.parse_submitted("1234;cluster\n") == "1234"
     with pytest.raises(ValueError):
@@ -125,3 +143,93 @@ def test_accounting_rows():
     assert [r.state for r in rows] == ["NODE_FAIL", "COMPLETED", "CANCELLED"]
     assert rows[0].gpus == 8 and rows[0].cpus == 8 and rows[0].nodes == ("pre1",)
     assert rows[2].start is None and rows[2].constraints == ""
+
+
+# ---------------------------------------------------------------------------------------- hostile bytes
+
+VICTIM = "28070466"
+
+
+def test_hostile_names_and_comments_captured_from_slurm_stay_data(data_dir):
+    """Findings 1 and 2 on real squeue output: another user's job names and comments hold newlines,
+    separators, a forged record naming the victim's job on pre1, invalid UTF-8 and the characters
+    str.splitlines() breaks at. Exactly the three real jobs come out, each with its own fields."""
+    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin"))
+    assert [(j.job_id, j.user, j.nodes) for j in jobs] == [
+        (VICTIM, "sp-alice", ("pre2",)),
+        ("28070467", "sp-mallory", ("pre1",)),
+        ("28070468", "sp-mallory", ("pre1",)),
+    ]
+    forged = jobs[1]
+    assert forged.name.startswith("x\n--partition=batch\x1f\ufffd")  # invalid UTF-8 replaced
+    assert forged.comment.startswith("slurm-preempt:signal=USR1\n" + VICTIM + "\x1f")
+    assert "\u2028" in jobs[2].name and jobs[2].comment.startswith("\ufffd\ufffd slurm-preempt")
+
+
+def test_hostile_drain_reason_stays_data(data_dir):
+    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin"))}
+    assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
+    assert nodes["pre2"].drain and not nodes["pre3"].drain  # the reason's forged pre3 line is text
+    assert nodes["pre2"].reason.startswith("Together\npre3\x1fidle+drain")
+
+
+SLURM_FIELD = st.sampled_from(["28070466", "N/A", "RUNNING", "pre1", "0", "sp-alice", "batch", "None"])
+ANY_BYTES = st.binary(max_size=700)
+
+
+def _squeue_record(job_id: str, nodes: str, user: str, texts: list[bytes]) -> bytes:
+    """One record as squeue prints it for format_arg(JOB_FIELDS, JOB_TEXT_FIELDS): Slurm's fields each
+    followed by the separator, then each text field cut or space-padded to its width (no NUL: C)."""
+    sep = slurmdata.SEP.encode()
+    head = [job_id, job_id, "N/A", "RUNNING", nodes, "0", user, "batch", "1", "1796139096", "1", "1"]
+    out = b"".join(field.encode() + sep for field in head)
+    for (_name, width), text in zip(slurmdata.JOB_TEXT_FIELDS, texts, strict=True):
+        out += text.replace(b"\0", b"")[:width].ljust(width, b" ")
+    return out + b"\n"
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(ANY_BYTES, min_size=4, max_size=4), min_size=1, max_size=6))
+def test_any_bytes_in_text_fields_never_make_or_move_a_record(texts):
+    """Property: whatever bytes users put in reasons, constraints, names and comments (forged records
+    and separators included), parsing gives back exactly the jobs Slurm listed, with their own ids,
+    nodes and users, and never raises."""
+    real = [(str(1000 + i), f"pre{i % 4 + 1}", f"user{i}") for i in range(len(texts))]
+    output = b"".join(_squeue_record(*job, fields) for job, fields in zip(real, texts, strict=True))
+    jobs = slurmdata.parse_jobs(output)
+    assert [(j.job_id, j.nodes[0], j.user) for j in jobs] == real
+
+
+@settings(max_examples=300)
+@given(ANY_BYTES, st.binary(max_size=300))
+def test_any_bytes_in_a_reason_never_make_a_node(reason, garbage):
+    sep = slurmdata.SEP.encode()
+    width = slurmdata.NODE_TEXT_FIELDS[0][1]
+    line = sep.join([b"pre1", b"allocated+drain", b"preemptible", b"1796139097", b"root(0)", b""])
+    output = line + reason.replace(b"\0", b"")[:width].ljust(width) + b"\n"
+    assert [n.name for n in slurmdata.parse_nodes(output)] == ["pre1"]
+    # Output that does not frame (not Slurm's) is an error for the whole answer, never a guess.
+    try:
+        found = slurmdata.parse_nodes(garbage)
+    except SlurmError:
+        return
+    assert all(ids.is_node_name(n.name) for n in found)
+
+
+@pytest.mark.parametrize(
+    "job_id",
+    ["424242x", "--partition=batch", "../../..", "²", "1 2", "12,13", "-1", "1_2_3", "123_[1-3]", "9" * 11],
+)
+def test_records_whose_slurm_fields_are_not_slurms_are_refused_alone(job_id, caplog):
+    good = _squeue_record("77", "pre1", "alice", [b"", b"", b"", b""])
+    bad = _squeue_record(job_id, "pre1", "mallory", [b"", b"", b"", b""])
+    with caplog.at_level(logging.WARNING):
+        jobs = slurmdata.parse_jobs(good + bad + good.replace(b"77", b"78", 2))
+    assert [j.job_id for j in jobs] == ["77", "78"]
+    assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("nodes", ["pre[1", "pre1,--all", "@group", "pre[1-9999999]", "a b"])
+def test_a_record_with_a_bad_node_list_is_refused_alone(nodes):
+    jobs = slurmdata.parse_jobs(_squeue_record("77", nodes, "mallory", [b""] * 4))
+    assert jobs == []

@@ -6,8 +6,11 @@ import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from apiserver import ApiServer
+from slurm_preempt import ids
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.notice import to_text
 from slurm_preempt.slurm import parse as slurmdata
@@ -38,7 +41,7 @@ def test_rules_bad_regex_is_config_error():
 
 
 def test_slurm_drains_keep_the_recorded_time(data_dir):
-    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.txt").read_text())
+    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.bin").read_bytes())
     drained = [n for n in nodes if (n.drain or n.down) and n.has_feature("preemptible")]
     assert {n.name for n in drained} == {"pre1", "pre4"}  # a DOWN node is going away too
     found = sources.slurm_drains(nodes, DrainRules(feature="preemptible"), grace=300, now=NOW)
@@ -134,3 +137,78 @@ def test_cloud_metadata_sources():
         server.mode = "error"
         with pytest.raises(SourceError):
             aws.fetch()
+
+
+# ---------------------------------------------------------------------------------------- hostile input
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"node_name": "pre[1"},  # finding 6: raised outside SourceError and aborted every poll
+        {"node_name": "pre1,--all"},
+        {"node_name": "-pre1"},
+        {"node_name": "x" * 100},
+        {"timestamp": "9999-12-31T23:00:00-23:00"},  # finding 6: year 10000 once made UTC
+        {"timestamp": "2026-12-01T06:00:00-23:00"},  # a real offset, then still fine (kept below)
+        {"timestamp": 1e300},
+        {"timestamp": "1" * 5000},
+        {"message": {"nested": ["not", "text"]}},
+    ],
+)
+def test_a_bad_provider_event_is_skipped_alone(bad):
+    good = _event(node="pre2", when=NOW)
+    events = [_event(node="pre1", when=NOW, **bad), good]
+    found = {
+        d.node: d for d in sources.parse_together({"node_lifecycle_events": events}, NodeMap(), 300, NOW)
+    }
+    assert "pre2" in found
+    assert set(found) <= {"pre1", "pre2"} and all(ids.is_node_name(n) for n in found)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=30,
+))  # fmt: skip
+def test_any_provider_payload_gives_drains_or_a_source_error(payload):
+    """Property: whatever the provider's API answers, the source gives valid drains or SourceError;
+    nothing else escapes into the poll."""
+    for document in (payload, {"node_lifecycle_events": payload}, {"node_lifecycle_events": [payload]}):
+        try:
+            found = sources.parse_together(document, NodeMap(), 300, NOW)
+        except SourceError:
+            continue
+        assert all(ids.is_node_name(d.node) and d.drain_time.tzinfo for d in found)
+
+
+@pytest.mark.parametrize("content", ["tok-123\nsecond-line-secret", "tok 123", "tök-1234567", "\x00" * 20])
+def test_a_token_file_of_the_wrong_shape_is_refused_without_quoting_it(tmp_path, monkeypatch, content):
+    """Finding 7: a token file with a second line ended up in a logged error message."""
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
+    path = tmp_path / "token"
+    path.write_text(content)
+    os.chmod(path, 0o600)
+    with pytest.raises(ConfigError) as caught:
+        sources.read_token(token_file=str(path))
+    assert "secret" not in str(caught.value) and "123" not in str(caught.value).replace(str(path), "")
+
+
+def test_a_header_urllib_refuses_never_reaches_an_error_message():
+    with ApiServer(token="tok-123") as server:
+        source = TogetherSource("c-1", "tok-123\nX-Leak: secret", 300, server.base_url, timeout=1)
+        with pytest.raises(SourceError) as caught:
+            source.fetch()
+    assert "secret" not in str(caught.value) and "tok-123" not in str(caught.value)
+
+
+def test_no_redirect_is_followed_so_the_token_never_reaches_another_host():
+    """Finding 7: urllib forwards Authorization on a redirect to another host."""
+    with ApiServer(token="tok-123") as api, ApiServer(token="tok-123") as elsewhere:
+        api.mode, api.redirect_to = "redirect", elsewhere.base_url.replace("127.0.0.1", "localhost")
+        source = TogetherSource("c-1", "tok-123", 300, api.base_url, timeout=2)
+        with pytest.raises(SourceError, match="redirect"):
+            source.fetch()
+    assert elsewhere.requests == []
+    assert "tok-123" not in repr(source)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from clusterutil import wait_for
 from slurm_preempt.cli import main
+from slurm_preempt.errors import ClusterError
 from slurm_preempt.rehearsal import procs
 from slurm_preempt.rehearsal import testcluster as tc
 
@@ -74,7 +75,9 @@ def test_down_stops_everything_it_started(tmp_path):
     if os.geteuid() != 0:  # pragma: no cover
         pytest.skip("needs root")
     tc.check_packages()
-    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=17450)
+    # its own ports, apart from the session cluster's (SP_TEST_PORT and up) and the hooks cluster's (+50)
+    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 25
+    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=port)
     state = tc.up(spec)
     env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
     script = tmp_path / "job.sh"
@@ -106,7 +109,7 @@ def test_cli_bad_input(tmp_path):
 
 def test_cli_missing_packages(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(tc, "SYSTEM_PATH", str(tmp_path))
+    monkeypatch.setattr(procs, "SYSTEM_PATH", str(tmp_path))
     result = CliRunner().invoke(main, ["testcluster", "up", "--dir", str(tmp_path / "c")])
     assert result.exit_code == 5
     assert "apt-get install" in result.output and "munge" in result.output
@@ -122,3 +125,13 @@ def test_cli_status_env(cluster):
     assert f"export SLURM_PREEMPT_STATE_DIR={cluster.spec.state_dir}" in result.output.splitlines()
     result = runner.invoke(main, ["testcluster", "status", "--dir", str(Path("/nonexistent"))])
     assert result.exit_code == 1
+
+
+def test_a_garbled_cluster_json_is_one_clear_error(tmp_path):
+    for text in ("{not json", "{}", '{"spec": {"directory": "/x", "colour": 1}}', "[]"):
+        (tmp_path / "cluster.json").write_text(text)
+        with pytest.raises(ClusterError, match="cluster.json is unreadable"):
+            tc.load_state(tmp_path)
+    result = CliRunner().invoke(main, ["testcluster", "status", "--dir", str(tmp_path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "cluster.json is unreadable" in result.output

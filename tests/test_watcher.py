@@ -35,7 +35,6 @@ NOW = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 # A job that traps USR1: records it, writes a "final checkpoint", requeues itself and leaves.
 REQUEUE_SCRIPT = """#!/bin/bash
 REC={work}/rec-$SLURM_JOB_ID
-echo "start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC
 notice() {{
   echo "usr1 ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC
   echo "final checkpoint" > {work}/ckpt-$SLURM_JOB_ID
@@ -43,14 +42,15 @@ notice() {{
   exit 0
 }}
 trap notice USR1
+echo "start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC
 {extra}
 while true; do sleep 0.1; done
 """
 # A job that only records the signal and goes on.
 RECORD_SCRIPT = """#!/bin/bash
 REC={work}/rec-$SLURM_JOB_ID
-echo "start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC
 trap 'echo "usr1 ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC' USR1
+echo "start ${{SLURM_RESTART_COUNT:-0}} $SLURMD_NODENAME" >> $REC
 while true; do sleep 0.1; done
 """
 PLAIN_SCRIPT = "#!/bin/bash\nsleep 600\n"
@@ -85,6 +85,15 @@ def _watcher(cluster, tmp_path=None, **settings) -> Watcher:
     values = {"grace": 20.0, "interval": 1.0, "rules": rules, **settings}
     sent = sentstate.load(path) if path else SentState()
     return Watcher(Slurm(timeout=20), Settings(**values), sent, state_dir)
+
+
+def _ready(cluster, job_id):
+    """Running, and its batch shell past `trap` (the "start" line comes after it). Slurm says RUNNING
+    before the script has run a line: a USR1 sent then kills the shell (the signal's default action)."""
+    job = cluster.wait_state(job_id, "RUNNING")
+    started = f"start {job.restart_count} "
+    wait_for(lambda: any(r.startswith(started) for r in _records(cluster, job_id)), 30, what="the trap")
+    return job
 
 
 def _drain(cluster, nodes, reason=REASON):
@@ -156,7 +165,8 @@ def test_drain_tells_signals_restarts_across_watcher_kill(clean_cluster, tmp_pat
     opted = [_submit(cl, script, OPTED, "--constraint=preemptible") for _ in range(3)]
     plain = _submit(cl, _script(cl, "plain.sh", PLAIN_SCRIPT), "", "--constraint=preemptible")
     for job_id in [*opted, plain]:
-        assert cl.wait_state(job_id, "RUNNING").nodes == ("pre1",)
+        ready = _ready(cl, job_id) if job_id in opted else cl.wait_state(job_id, "RUNNING")
+        assert ready.nodes == ("pre1",)
     cl.slurm.resume(others)
     config = tmp_path / "watch.toml"
     config.write_text('[watch]\nexclude_reasons = ["^maint"]\n')
@@ -208,8 +218,8 @@ def test_correlated_drain_of_four_nodes_told_in_one_poll(clean_cluster):
         for i in range(6):
             comment = OPTED if i < 4 else ""
             jobs[_submit(cl, script if comment else plain_script, comment, f"--nodelist={node}")] = comment
-    for job_id in jobs:
-        cl.wait_state(job_id, "RUNNING")
+    for job_id, comment in jobs.items():
+        _ready(cl, job_id) if comment else cl.wait_state(job_id, "RUNNING")
     watcher = _watcher(cl)
     quiet = watcher.poll_once()
     assert quiet.queries == 2 and quiet.new_events == []  # sinfo + pending squeue
@@ -231,7 +241,7 @@ def test_correlated_drain_of_four_nodes_told_in_one_poll(clean_cluster):
 def test_drain_then_down_then_back_is_one_event_then_a_new_one(clean_cluster, tmp_path):
     cl = clean_cluster
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--constraint=preemptible")
-    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    node = _ready(cl, job_id).nodes[0]
     watcher = _watcher(cl, tmp_path)
     _drain(cl, [node])
     assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
@@ -263,7 +273,7 @@ def test_fallback_to_standard_after_k_preemptions(clean_cluster):
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), comment, "--constraint=preemptible")
     watcher = _watcher(cl)
     for restarts in (1, 2):
-        node = cl.wait_state(job_id, "RUNNING").nodes[0]
+        node = _ready(cl, job_id).nodes[0]
         cl.slurm.drain([node], REASON)  # the provider takes the node ...
         watcher.poll_once()  # ... the watcher tells the job ...
         cl.slurm.requeue(job_id)  # ... and the job leaves (as enforcement would make it)
@@ -303,7 +313,7 @@ def test_sidecar_alone_gets_a_job_through_a_drain(clean_cluster):
     )
     script = _script(cl, "sidecar.sh", REQUEUE_SCRIPT, extra=sidecar)
     job_id = _submit(cl, script, OPTED, "--constraint=preemptible")
-    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    node = _ready(cl, job_id).nodes[0]
     side_state = state_path(cl.spec.state_dir, job_id)
     wait_for(side_state.exists, 20, what="the sidecar's first poll")  # fmt: skip
     _drain(cl, [node])
@@ -340,7 +350,7 @@ def test_job_on_two_draining_nodes_is_told_once(clean_cluster):
     job_id = _submit(
         cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--nodes=2", "--constraint=preemptible"
     )
-    nodes = cl.wait_state(job_id, "RUNNING").nodes
+    nodes = _ready(cl, job_id).nodes
     assert len(nodes) == 2
     watcher = _watcher(cl)
     _drain(cl, nodes)
@@ -362,6 +372,8 @@ def test_array_task_signalled_alone(clean_cluster):
         return tasks if len(tasks) == 3 else None
 
     tasks = wait_for(all_running, 30, what="three array tasks running")
+    for task in tasks:
+        _ready(cl, task.job_id)
     carrier = next(t for t in tasks if t.job_id == array_id)  # the task holding the array's id
     cl.slurm.drain(list(carrier.nodes), REASON)
     _watcher(cl).poll_once()

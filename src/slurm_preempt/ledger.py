@@ -4,8 +4,8 @@ Layout::
 
     <state_dir>/jobs/<job_id>/<time_ns>-<host>-<pid>-<kind>.json
 
-Each file is written under a temporary name and renamed, so a reader never sees half an event, and
-no two hosts ever append to one file (the state directory is usually NFS). Kinds:
+Each file is written with ``durable.write_atomic``, so a reader never sees half an event, and no two
+hosts ever append to one file (the state directory is usually NFS). Kinds:
 
     attempt_start  attempt_end  notice_sent  signal_sent  checkpoint_saved  resumed_from
     requeued  fast_restart  fallback  enforced_requeue
@@ -20,6 +20,11 @@ is true only for a regular file of root (or of a uid listed in the root-owned ``
 SlurmUser's, for EpilogSlurmctld) whose ``job_id`` matches its folder. History believes
 attempts only when trusted; every other kind (checkpoints, notices of a sidecar watcher) also from the
 owner of the job's folder.
+
+Robust to what a user can put in their own folder: names that are not events, numbers of any size,
+links, FIFOs, huge files, renamed root files. The order and time of an event come from its content
+(root's files cannot be edited by the folder's owner, only renamed); the nanoseconds in a file's name
+are used only when they agree with the time inside it, so renaming a root file moves nothing.
 Import-light: standard library only.
 """
 
@@ -27,14 +32,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from slurm_preempt.notice import to_text, utcnow
+from slurm_preempt import ids
+from slurm_preempt.durable import write_atomic
+from slurm_preempt.notice import from_text, to_text, utcnow
 
 # Kinds only root's hooks (or SlurmUser's EpilogSlurmctld) write; from anyone else they are forged.
 # A watcher may run as the job's owner (a sidecar), so its kinds are also believed from the owner: they
@@ -68,15 +75,13 @@ def writer_uids(state_dir: Path | str) -> frozenset[int]:
     with os.fdopen(fd) as handle:
         info = os.fstat(handle.fileno())
         if info.st_uid == 0 and not info.st_mode & 0o022 and stat.S_ISREG(info.st_mode):
-            uids |= {int(line) for line in handle.read(4096).split() if line.isdigit()}
+            uids |= {int(word) for word in handle.read(4096).split() if re.fullmatch(r"[0-9]{1,10}", word)}
     return frozenset(uids)
 
 
 def job_dir(state_dir: Path | str, job_id: str) -> Path:
-    job_id = str(job_id)
-    if not job_id.replace("_", "").isdigit():
-        raise ValueError(f"not a Slurm job id: {job_id!r}")
-    return Path(state_dir) / "jobs" / job_id
+    """``<state_dir>/jobs/<job_id>``; ValueError unless ``job_id`` is a job id (never ``..``, ``²``)."""
+    return Path(state_dir) / "jobs" / ids.job_id(str(job_id))
 
 
 def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields) -> Path:
@@ -95,16 +100,12 @@ def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields)
         **fields,
     }
     name = f"{time.time_ns()}-{host}-{os.getpid()}-{kind}.json"
-    fd, tmp = tempfile.mkstemp(prefix=".event-", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(event, handle, default=str)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, folder / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return folder / name
+    # The folder belongs to the job's user while root's hooks and the watcher write here too: the one
+    # write protocol is safe against that user renaming or planting names meanwhile. Not fsynced (as
+    # the hooks' own events are not): an event is history on shared storage, whose client flushes it
+    # at close, and a job writes one between its final checkpoint and its requeue, the path that races
+    # the deadline.
+    return write_atomic(folder / name, json.dumps(event, default=str), 0o644, sync=False)
 
 
 def events(state_dir: Path | str, job_id: str) -> list[dict]:
@@ -135,12 +136,28 @@ def _read_all(folder: Path) -> Iterator[dict]:
         event = _read_one(folder / name)
         if event is None:
             continue
-        head = name.split("-", 1)[0]
-        event["_order"] = int(head) if head.isdigit() else 0
+        event["_order"] = _order(name, event)
         event["_file"] = name
         event["_folder_uid"] = folder_uid
         event["_trusted"] = event["_uid"] in trusted_uids and str(event.get("job_id")) == folder.name
         yield event
+
+
+_NAME_NS = re.compile(r"([0-9]{1,20})-")
+
+
+def _order(name: str, event: dict) -> int:
+    """Nanoseconds since the epoch: the file name's when they fall in the second its content says
+    (the text has whole seconds), else the content's second, else 0 (sorts first)."""
+    try:
+        moment = from_text(str(event.get("time", "")))
+        second = int(moment.timestamp())
+    except (ValueError, OverflowError, OSError):
+        return 0
+    head = _NAME_NS.match(name)
+    if head and second <= int(head.group(1)) // 1_000_000_000 <= second + 1:
+        return int(head.group(1))
+    return second * 1_000_000_000
 
 
 def _read_one(path: Path) -> dict | None:
@@ -149,13 +166,13 @@ def _read_one(path: Path) -> dict | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    with os.fdopen(fd) as handle:
+    with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_EVENT_BYTES:
             return None
         try:
-            event = json.load(handle)
-        except (OSError, ValueError):
+            event = json.loads(handle.read(MAX_EVENT_BYTES + 1))
+        except (OSError, ValueError, RecursionError):  # RecursionError: [[[[... nested 100,000 deep
             return None
     if not isinstance(event, dict) or event.get("kind") not in KINDS:
         return None
@@ -169,4 +186,4 @@ def job_ids(state_dir: Path | str) -> list[str]:
         names = os.listdir(Path(state_dir) / "jobs")
     except OSError:
         return []
-    return sorted((n for n in names if n.replace("_", "").isdigit()), key=lambda j: (len(j), j))
+    return sorted((n for n in names if ids.is_job_name(n)), key=lambda j: (len(j), j))

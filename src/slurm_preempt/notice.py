@@ -1,30 +1,33 @@
 """The preemption notice: what a job is told when its node is going away.
 
-Contract (../shared/DESIGN.md): when a source learns that node N will be taken away at deadline D,
-every job on N gets a JSON file, written atomically where the job reads it (``SLURM_PREEMPT_NOTICE``,
-by default ``<state_dir>/notices/<job_id>.json``)::
+The contract (README "How it works", docs/watcher.md): when a source learns that node N will be taken
+away at deadline D, every job on N gets a JSON file, written atomically where the job reads it
+(``SLURM_PREEMPT_NOTICE``, by default ``<state_dir>/notices/<job_id>.json``)::
 
     {"version": 1, "job_id": "123", "node": "pre1", "reason": "...", "source": "slurm",
      "event_id": "pre1@2026-12-01T06:06:41Z", "drain_time": "...Z", "detected_at": "...Z",
-     "deadline": "...Z", "grace_seconds": 300}
+     "deadline": "...Z", "grace_seconds": 300, "restart_count": 0}
 
 All times are UTC ISO 8601. The deadline is the drain time Slurm (or the provider) recorded plus the
 grace, never the time the watcher happened to look. ``event_id`` names one drain event: a job is told
-once per event. Import-light: the job-side library reads notices with nothing but the standard library.
+once per event. ``restart_count`` (optional) is the job's restart count that Slurm reported when the
+notice was written: the attempt it is for, so a later attempt knows it is not for it without comparing
+clocks. Import-light: the job-side library reads notices with nothing but the standard library.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from slurm_preempt import ids
+from slurm_preempt.durable import write_atomic
+
 VERSION = 1
-ENV_NOTICE = "SLURM_PREEMPT_NOTICE"
-SOURCES = ("slurm", "together", "aws", "gcp", "signal", "drill", "test")
+ENV_NOTICE = "SLURM_PREEMPT_NOTICE"  # where a job reads its notice (the TaskProlog exports it)
+DEFAULT_GRACE_SECONDS = 300.0  # the providers' window from drain to removal: the default grace
 
 
 def utcnow() -> datetime:
@@ -41,7 +44,10 @@ def from_text(text: str) -> datetime:
 
 
 def deadline(drain_time: datetime, grace_seconds: float) -> datetime:
-    """When a node drained at ``drain_time`` is taken away: the one place this sum is made."""
+    """When a node drained at ``drain_time`` is taken away: the one place a deadline is computed.
+
+    A job that got a bare signal (no notice file) uses it too, with the signal's time and its
+    ``deadline_after_signal`` (``job/settings.py``)."""
     return drain_time + timedelta(seconds=grace_seconds)
 
 
@@ -55,8 +61,9 @@ class Notice:
     detected_at: datetime
     deadline: datetime
     event_id: str = ""
-    grace_seconds: float = 300.0
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
     version: int = VERSION
+    restart_count: int | None = None  # the job's restart count when told: names the attempt it is for
 
     @classmethod
     def for_drain(
@@ -68,6 +75,7 @@ class Notice:
         drain_time: datetime,
         grace_seconds: float,
         detected_at: datetime | None = None,
+        restart_count: int | None = None,
     ) -> Notice:
         """A notice whose deadline is ``drain_time + grace`` (the truth, however late we look)."""
         return cls(
@@ -80,6 +88,7 @@ class Notice:
             deadline=deadline(drain_time, grace_seconds),
             event_id=event_id(node, drain_time),
             grace_seconds=grace_seconds,
+            restart_count=restart_count,
         )
 
     def seconds_left(self, now: datetime | None = None) -> float:
@@ -102,9 +111,14 @@ class Notice:
             detected_at=from_text(data.get("detected_at") or data["deadline"]),
             deadline=from_text(data["deadline"]),
             event_id=str(data.get("event_id", "")),
-            grace_seconds=float(data.get("grace_seconds", 300.0)),
+            grace_seconds=float(data.get("grace_seconds", DEFAULT_GRACE_SECONDS)),
             version=int(data.get("version", VERSION)),
+            restart_count=_count(data.get("restart_count")),
         )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def event_id(node: str, drain_time: datetime) -> str:
@@ -112,25 +126,16 @@ def event_id(node: str, drain_time: datetime) -> str:
 
 
 def notice_path(state_dir: Path | str, job_id: str) -> Path:
-    return Path(state_dir) / "notices" / f"{job_id}.json"
+    """``<state_dir>/notices/<job_id>.json``; ValueError unless ``job_id`` is a job id (finding 2: a
+    forged ``../../..`` once made a folder outside the state folder)."""
+    return Path(state_dir) / "notices" / f"{ids.job_id(str(job_id))}.json"
 
 
 def write_notice(path: Path | str, notice: Notice, mode: int = 0o644) -> Path:
-    """Write atomically: a reader sees the whole notice or none (temp file, fsync, rename)."""
+    """Write atomically and durably: a reader sees the whole notice or none."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".notice-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(notice.to_json(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, json.dumps(notice.to_json()), mode)
 
 
 def read_notice(path: Path | str) -> Notice | None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 PREFIX = "slurm-preempt:"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "WINCH")
-_TOKEN = re.compile(r"slurm-preempt:([a-z-]+)=(\S*)")
+_TOKEN = re.compile(r"slurm-preempt:([a-z-]{1,20})=(\S{0,64})")
+_NUMBER = re.compile(r"[0-9]{1,9}")  # ASCII: "²".isdigit() is true and int("²") fails
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-&|\[\]*()]+$")
 
 
@@ -82,16 +83,17 @@ def parse(comment: str) -> OptIn:
 
 
 def merge_comment(user_comment: str, optin: OptIn) -> str:
-    """The user's own comment text with our tokens appended (old tokens of ours replaced)."""
+    """Our tokens, then the user's own comment text (old tokens of ours replaced). Tokens first: the
+    watcher reads the first 512 bytes of a comment (``slurm.parse.JOB_TEXT_FIELDS``)."""
     kept = " ".join(t for t in (user_comment or "").split() if not t.startswith(PREFIX))
-    return f"{kept} {optin.to_comment()}".strip()
+    return f"{optin.to_comment()} {kept}".strip()
 
 
 def _positive_int(text: str | None) -> int | None:
-    if text is None or not text.isdigit() or int(text) <= 0:
+    if text is None or not _NUMBER.fullmatch(text) or int(text) <= 0:
         return None
     return int(text)
 
 
 def _constraint(text: str | None) -> str | None:
-    return text if text and _CONSTRAINT.match(text) else None
+    return text if text and _CONSTRAINT.fullmatch(text) else None

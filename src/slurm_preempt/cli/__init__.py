@@ -2,8 +2,8 @@
 
 Subcommands live one per module and are imported only when called, so ``slurm-preempt resume ...``
 inside a job never pays for jinja2. Errors are mapped to messages and exit codes here, once:
-a ``SlurmPreemptError`` (or an ``OSError``) becomes one line on stderr and its exit code, never a
-traceback.
+a ``SlurmPreemptError`` (or an ``OSError``) becomes one line on stderr and its exit code, and so does
+any other exception (a bug); the traceback is logged at debug level, shown with ``-v``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,16 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("Interrupted", err=True)
             ctx.exit(130)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:  # a bug: one line for people, the traceback with -v
+            log.debug("traceback of the error below", exc_info=True)
+            click.echo(
+                f"Error: unexpected {type(exc).__name__}: {exc} (a bug in slurm-preempt: run the command "
+                "again with -v for the traceback, and report it)",
+                err=True,
+            )
+            ctx.exit(EXIT_ERROR)
 
 
 def _exists(module: str) -> bool:

@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 
 from slurm_preempt import config
+from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.errors import UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.rehearsal import drill
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import expand_nodes
@@ -20,9 +22,9 @@ from slurm_preempt.slurm.parse import expand_nodes
 @click.option(
     "--grace",
     type=float,
-    default=300,
+    default=DEFAULT_GRACE_SECONDS,
     show_default=True,
-    help="Seconds from drain (T+0) to removal. The providers' real window is 300.",
+    help="Seconds from drain (T+0) to removal: the providers' real window by default.",
 )
 @click.option(
     "--pause",
@@ -75,8 +77,9 @@ def command(
     slurm = Slurm()
     ops = drill.node_ops(slurm, allow_real=real_cluster)
     state_dir = state_dir or config.load().state_dir()
-    say = (lambda _m: None) if as_json else (lambda m: click.echo(f"drill: {m}", err=True))
-    runner = drill.Drill(slurm, ops, state_dir=state_dir, progress=say)
+    if as_json:
+        _logging.quiet()
+    runner = drill.Drill(slurm, ops, state_dir=state_dir)
     if random_mode:
         if mtbp is None or duration is None:
             raise UsageError("--random needs --mtbp and --duration")
@@ -91,11 +94,11 @@ def command(
             raise UsageError("name the nodes (--nodes) or a job (--job), one of the two")
         targets = expand_nodes(nodes) if nodes else drill.nodes_of_job(slurm, job_id)
         events = [runner.preempt(targets, grace, pause, reason, timeout)]
-    result = {"summary": drill.summary(events), "events": [e.to_json() for e in events]}
+    summary = drill.summary(events)
     if as_json:
-        echo_json(result)
+        echo_json({"summary": summary, "events": [e.to_json() for e in events]})
         return
-    for event in result["events"]:
+    for event in (e.to_json() for e in events):
         click.echo(
             f"{','.join(event['nodes'])}: drained {event['drained_at']}, "
             f"removed {event['removed_at']}, back {event['back_at']}"
@@ -108,10 +111,9 @@ def command(
                 f"{','.join(job['where']) or '-'}"
             )
             click.echo(f"    {job['verdict']}")
-    total = result["summary"]
-    median = total["median_seconds_to_running_again"]
+    median = summary["median_seconds_to_running_again"]
     click.echo(
-        f"summary: {total['events']} event(s), {total['jobs_hit']} job(s) hit, "
-        f"{total['saved_by_notice']} saved by the notice"
+        f"summary: {summary['events']} event(s), {summary['jobs_hit']} job(s) hit, "
+        f"{summary['saved_by_notice']} saved by the notice"
         + (f", median {median:.1f} s from leaving to running again" if median is not None else "")
     )

@@ -7,22 +7,23 @@ from pathlib import Path
 import click
 
 from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.job.checkpoint import DEFAULT_KEEP
+from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR
 
-ENVVAR = "SLURM_PREEMPT_CHECKPOINT_DIR"  # exported by scripts from `slurm-preempt sbatch`
 dir_option = click.option(
     "--checkpoint-dir",
     "-d",
     type=click.Path(path_type=Path, file_okay=False),
-    envvar=ENVVAR,
-    help=f"The job's checkpoint folder (default ${ENVVAR}).",
+    envvar=ENV_CHECKPOINT_DIR,
+    help=f"The job's checkpoint folder (default ${ENV_CHECKPOINT_DIR}).",
 )
 required_dir_option = click.option(
     "--checkpoint-dir",
     "-d",
     required=True,
     type=click.Path(path_type=Path, file_okay=False),
-    envvar=ENVVAR,
-    help=f"The job's checkpoint folder (default ${ENVVAR}).",
+    envvar=ENV_CHECKPOINT_DIR,
+    help=f"The job's checkpoint folder (default ${ENV_CHECKPOINT_DIR}).",
 )
 
 
@@ -63,13 +64,20 @@ def env(checkpoint_dir, as_json):
 @group.command()
 @click.option("--timeout", type=float, help="Give up after this many seconds (exit 7).")
 @click.option("--pid", type=int, help="Stop waiting when this process ends (exit 1), e.g. the job's work.")
+@click.option(
+    "--deadline-after-signal",
+    type=click.FloatRange(min=0),
+    help="After a bare USR1/TERM (no notice file), the deadline is this many seconds later "
+    "[config: [resume] deadline_after_signal, 30].",
+)
 @dir_option
 @json_option
-def wait(timeout, pid, checkpoint_dir, as_json):
+def wait(timeout, pid, deadline_after_signal, checkpoint_dir, as_json):
     """Block until a preemption notice arrives for this attempt (notice file, or USR1/TERM to this process).
 
-    Exit 0: notice (prints the deadline); 1: --pid ended first; 7: --timeout passed. With
-    --checkpoint-dir, notices already handled by the checkpoint's attempt are ignored.
+    Exit 0: notice (prints the deadline: the notice's, else the signal's time plus
+    --deadline-after-signal); 1: --pid ended first; 7: --timeout passed. With --checkpoint-dir, notices
+    already handled by the checkpoint's attempt are ignored.
 
     \b
     Example:
@@ -77,7 +85,7 @@ def wait(timeout, pid, checkpoint_dir, as_json):
     """
     from slurm_preempt.job.shell import wait_for_notice
 
-    result = wait_for_notice(timeout, checkpoint_dir, pid)
+    result = wait_for_notice(timeout, checkpoint_dir, pid, deadline_after_signal=deadline_after_signal)
     if as_json:
         notice = result.notice.to_json() if result.notice is not None else None
         echo_json({"code": result.code, "what": result.what, "deadline": result.deadline, "notice": notice})
@@ -109,7 +117,9 @@ def requeue(checkpoint_dir):
 @group.command()
 @required_dir_option
 @click.option("--step", required=True, type=click.IntRange(min=0), help="The step this state belongs to.")
-@click.option("--keep", type=click.IntRange(min=1), help="Checkpoints to keep (default 3 or [resume] keep).")
+@click.option(
+    "--keep", type=click.IntRange(min=1), help=f"Checkpoints to keep [config: [resume] keep, {DEFAULT_KEEP}]."
+)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @json_option
 def save(checkpoint_dir, step, keep, paths, as_json):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.rehearsal import testcluster as tc
 
@@ -52,7 +53,7 @@ def group():
 )
 @click.option("--hooks", is_flag=True, help="Install the prolog/epilog hooks (as `hooks install` does).")
 @click.option("--accounting", is_flag=True, help="Also run slurmdbd with MariaDB so sacct works.")
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but warnings and errors.")
 @json_option
 def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting, quiet, as_json):
     """Start the cluster (safe to run twice) and wait until every node is idle.
@@ -70,8 +71,9 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
         hooks=hooks,
         accounting=accounting,
     )
-    say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(f"testcluster: {m}"))
-    state = tc.up(spec, timeout=timeout, progress=say)
+    if quiet or as_json:
+        _logging.quiet()
+    state = tc.up(spec, timeout=timeout)
     if as_json:
         echo_json(tc.status(spec.directory))
     elif not quiet:
@@ -80,7 +82,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
 
 @group.command()
 @dir_option
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but warnings and errors.")
 def down(directory, quiet):
     """Stop every process the cluster started, and the jobs still on its nodes.
 
@@ -88,8 +90,9 @@ def down(directory, quiet):
     Example:
       slurm-preempt testcluster down --dir /tmp/mycluster
     """
-    say = (lambda _m: None) if quiet else (lambda m: click.echo(f"testcluster: {m}"))
-    tc.down(directory.absolute(), progress=say)
+    if quiet:
+        _logging.quiet()
+    tc.down(directory.absolute())
 
 
 @group.command()

@@ -16,6 +16,7 @@ Import-light: torch is imported only when a TorchAgreement is built.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -24,7 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import SlurmPreemptError
+
+log = logging.getLogger(__name__)
 
 
 class Agreement(Protocol):
@@ -82,9 +86,8 @@ class FileAgreement:
     def agree(self, flags: Sequence[int]) -> list[int]:
         here = self.folder / f"{self.round:09d}"
         here.mkdir(exist_ok=True)
-        tmp = here / f".{self.rank}.tmp"
-        tmp.write_text(json.dumps([int(f) for f in flags]))
-        os.replace(tmp, here / f"{self.rank}.json")
+        # Not synced: a round matters only while its ranks live.
+        write_atomic(here / f"{self.rank}.json", json.dumps([int(f) for f in flags]), sync=False)
         values = self._gather(here)
         if self.rank == 0 and self.round >= 2:
             shutil.rmtree(self.folder / f"{self.round - 2:09d}", ignore_errors=True)
@@ -114,9 +117,9 @@ def default(world: int) -> Agreement:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return TorchAgreement()
     if world > 1:
-        print(
-            f"slurm-preempt: warning: {world} ranks but no agreement (torch.distributed not initialised): "
+        log.warning(
+            "%d ranks but no agreement (torch.distributed not initialised): "
             "pass agreement= to Run so all ranks checkpoint at the same step",
-            file=sys.stderr,
+            world,
         )
     return SingleProcess()

@@ -1,25 +1,38 @@
-"""What a job learns from its environment, the ledger it writes to, and its ``[resume]`` settings.
+"""What a job learns from its environment, and the ledger it writes to.
 
 Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
 id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
 ``SLURM_RESTART_COUNT`` is set only after a restart (unset means 0); ``SLURM_JOB_NUM_NODES`` is the node
-count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's; there is
-no job start time in the environment, so the start of the batch script process (the oldest ancestor
-below slurmstepd) stands in for it.
+count of this attempt, which for a ``--nodes=MIN-MAX`` job may differ from the last attempt's.
+``SLURM_JOB_START_TIME`` (Slurm 23.02 and later; absent in 22.05) is the attempt's start by the
+controller's clock; without it the start of the batch script process (the oldest ancestor below
+slurmstepd), by this node's clock, stands in for it.
 Import-light: standard library only.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slurm_preempt import ledger
 from slurm_preempt.config import ENV_STATE_DIR
+from slurm_preempt.notice import ENV_NOTICE, Notice, notice_path, read_notice
+
+log = logging.getLogger(__name__)
+
+# Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
+ENV_CHECKPOINT_DIR = "SLURM_PREEMPT_CHECKPOINT_DIR"
+ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
+# Exported by scripts from `slurm-preempt sbatch`: the file that says "the command finished its work".
+# A notice can land between a program's last step and its exit; the script then must not requeue a job
+# that is done, and only the program knows that it is.
+ENV_DONE_FILE = "SLURM_PREEMPT_DONE_FILE"
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:
@@ -72,17 +85,17 @@ class JobEnv:
     world: int = 1
     state_dir: Path | None = None
     notice_file: Path | None = None
-    start_time: datetime | None = None
+    start_time: datetime | None = None  # by this node's clock
+    slurm_start_time: datetime | None = None  # by the controller's clock (SLURM_JOB_START_TIME)
+    done_file: Path | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
         env = os.environ if environ is None else environ
         job_id = env.get("SLURM_JOB_ID", "").strip()
         state_dir = state_dir_of(env)
-        notice = env.get("SLURM_PREEMPT_NOTICE")
+        notice = env.get(ENV_NOTICE)
         if not notice and state_dir is not None and job_id:
-            from slurm_preempt.notice import notice_path
-
             notice = str(notice_path(state_dir, job_id))
         return cls(
             job_id=job_id,
@@ -97,7 +110,14 @@ class JobEnv:
             state_dir=state_dir,
             notice_file=Path(notice) if notice else None,
             start_time=job_start_time(),
+            slurm_start_time=_timestamp(env.get("SLURM_JOB_START_TIME")),
+            done_file=Path(env[ENV_DONE_FILE]) if env.get(ENV_DONE_FILE) else None,
         )
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    value = (text or "").strip()
+    return datetime.fromtimestamp(int(value), timezone.utc) if value.isdigit() else None
 
 
 def requeue_id(env: JobEnv) -> str:
@@ -113,38 +133,42 @@ def requeue_id(env: JobEnv) -> str:
 def state_dir_of(env: Mapping[str, str]) -> Path | None:
     if env.get(ENV_STATE_DIR):
         return Path(env[ENV_STATE_DIR])
-    try:
-        from slurm_preempt import config
+    from slurm_preempt import config
 
+    try:
         return config.load(environ=env).state_dir(env)
-    except Exception:  # a broken config must not stop a job from running
+    except Exception:  # a broken config must not stop a job from running (settings.load says why)
+        log.debug("no state folder from the configuration", exc_info=True)
         return None
 
 
-def resume_settings() -> dict:
-    """The ``[resume]`` section of the config (empty when there is none or it cannot be read)."""
-    try:
-        from slurm_preempt import config
-
-        return dict(config.load().section("resume"))
-    except Exception as exc:
-        print(f"slurm-preempt: warning: ignoring the configuration: {exc}", file=sys.stderr)
-        return {}
+# Seconds by which the drain time may precede this attempt's start and the notice still be taken as
+# this attempt's: clocks of the controller, a provider and the node disagree (tens of seconds are seen),
+# and a provider's event can precede the drain by a watcher poll. A stale notice of the same node is
+# older than the node's removal (the grace, 300 s by default) when its job starts there again.
+NOTICE_SKEW = 60.0
 
 
-STALE_SLACK = 2.0  # seconds: Slurm records drain times to the second
+def fresh_notice(env: JobEnv, handled: set[str]) -> Notice | None:
+    """The notice for this attempt, or None. The file outlives the attempt it was written for; by
+    identity first, clocks last:
 
-
-def fresh_notice(env: JobEnv, handled: set[str]):
-    """The notice for this attempt, or None. The file outlives the attempt it was written for, so a
-    notice is stale when an earlier attempt acted on its event (id in ``handled``) or when its drain
-    happened before this attempt started (Slurm starts no job on a draining node)."""
-    from slurm_preempt.notice import read_notice
-
+    1. an event an earlier attempt acted on (its id in ``handled``) is stale;
+    2. a notice naming the restart count it was written for is this attempt's exactly when that is
+       our restart count (lower: an earlier attempt's; higher: our environment lost the count, go on);
+    3. otherwise it is stale when its drain precedes this attempt's start by more than NOTICE_SKEW
+       (Slurm starts no job on a draining node), the start by Slurm's own clock when Slurm tells it.
+    """
     found = read_notice(env.notice_file) if env.notice_file else None
     if found is None or found.event_id in handled:
         return None
-    if env.start_time is not None and (env.start_time - found.drain_time).total_seconds() > STALE_SLACK:
+    if found.restart_count is not None:
+        if found.restart_count == env.restart_count:
+            return found
+        if found.restart_count < env.restart_count:
+            return None
+    started = env.slurm_start_time or env.start_time
+    if started is not None and (started - found.drain_time).total_seconds() > NOTICE_SKEW:
         return None
     return found
 
@@ -154,32 +178,23 @@ class LedgerWriter:
 
     def __init__(self, state_dir: Path | None, job_id: str):
         self.state_dir, self.job_id = state_dir, job_id
-        self.enabled = bool(state_dir and job_id)
         self._warned = False
 
     def record(self, kind: str, **fields) -> Path | None:
-        if not self.enabled:
+        if self.state_dir is None or not self.job_id:
             return None
-        from slurm_preempt import ledger
-
         try:
             return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
         except (OSError, ValueError) as exc:
             if not self._warned:
                 self._warned = True
-                print(
-                    f"slurm-preempt: warning: cannot write the ledger in {self.state_dir} ({exc}); "
-                    "carrying on without it",
-                    file=sys.stderr,
-                )
+                log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
             return None
 
     def handled_events(self) -> set[str]:
         """Notice event ids an earlier attempt already acted on (it requeued for them)."""
-        if not self.enabled:
+        if self.state_dir is None or not self.job_id:
             return set()
-        from slurm_preempt import ledger
-
         try:
             events = ledger.events(self.state_dir, self.job_id)
         except (OSError, ValueError):

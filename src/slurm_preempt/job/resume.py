@@ -13,35 +13,52 @@
 
 Preemption arrives as a signal (USR1 from the watcher, SIGTERM from the cluster, any configured one)
 and/or a notice file. Signal handlers only set a flag; all I/O happens at the next step boundary. The
-deadline comes from the notice (drain time + grace) when there is one, else signal time + ``grace``.
-Import-light: standard library only; Slurm commands (and ClusterShell) load only to requeue.
+deadline comes from the notice (drain time + grace) when there is one, else signal time +
+``deadline_after_signal``. The key lines of a job's log are logged at INFO (``job/joblog.py`` says how
+they reach stderr). Import-light: standard library only; Slurm commands (and ClusterShell) load only
+to requeue.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from slurm_preempt.errors import CheckpointError, SlurmPreemptError
 from slurm_preempt.job import agreement as agreement_mod
+from slurm_preempt.job import joblog
+from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
-from slurm_preempt.job.environment import JobEnv, fresh_notice, ledger_writer, resume_settings
+from slurm_preempt.job.environment import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_INTERVAL,
+    JobEnv,
+    fresh_notice,
+    ledger_writer,
+)
+from slurm_preempt.notice import Notice
+from slurm_preempt.notice import deadline as deadline_of
 
-DEFAULT_SIGNALS = ("USR1", "TERM")
-# Exported by scripts from `slurm-preempt sbatch`: the defaults of checkpoint_dir and interval (seconds).
-ENV_CHECKPOINT_DIR = "SLURM_PREEMPT_CHECKPOINT_DIR"
-ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
-DEFAULT_GRACE = 30.0
+log = logging.getLogger(__name__)
+
+# When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.
+FALLBACK_WAIT_PAST_DEADLINE = 300.0
 
 
 class Run:
-    """One attempt of a job. Build it once, early; it installs signal handlers (main thread only)."""
+    """One attempt of a job. Build it once, early; it installs signal handlers (main thread only).
+
+    Options left at None come from ``[resume]`` in the config (``job/settings.py``). ``log_to_stderr``:
+    whether the job's key lines get a stderr handler (None: only when the program configured no
+    logging; see ``job/joblog.py``).
+    """
 
     def __init__(
         self,
@@ -50,28 +67,32 @@ class Run:
         every: int | None = None,
         keep: int | None = None,
         background: bool = False,
-        grace: float | None = None,
+        deadline_after_signal: float | None = None,
         signals: tuple[str, ...] | None = None,
         agreement: agreement_mod.Agreement | None = None,
         writer: bool | None = None,
         environ: dict | None = None,
         install_signals: bool = True,
         torch: bool = False,
+        log_to_stderr: bool | None = None,
     ):
-        settings = resume_settings()
-        self.env = JobEnv.from_environ(environ)
         env = os.environ if environ is None else environ
         folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
         if not folder:
             raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
-        self.store = CheckpointStore(folder, keep=int(keep or settings.get("keep", 3)))
+        self._stop_logging = joblog.show_on_stderr(log_to_stderr)  # first: settings may warn
+        settings = job_settings.load()
+        self.env = JobEnv.from_environ(environ)
+        self.store = CheckpointStore(folder, keep=int(keep or settings.keep))
         if interval is None and every is None:
             interval = _seconds(env.get(ENV_CHECKPOINT_INTERVAL))
         self.interval, self.every, self.background = interval, every, background
         self.torch = torch  # save with torch.save (tensors copied to CPU first) instead of pickle
-        self.grace = float(grace if grace is not None else settings.get("grace", DEFAULT_GRACE))
-        self.requeue_exit_code = settings.get("requeue_exit_code")
-        self.notice_poll = float(settings.get("notice_poll", 1.0))
+        self.deadline_after_signal = float(
+            settings.deadline_after_signal if deadline_after_signal is None else deadline_after_signal
+        )
+        self.requeue_exit_code = settings.requeue_exit_code
+        self.notice_poll = settings.notice_poll
         self.agreement = agreement or agreement_mod.default(self.env.world)
         self.writer = (self.env.rank == 0) if writer is None else writer
         self._ledger = ledger_writer(self.env)
@@ -84,11 +105,12 @@ class Run:
         self._final_saved = False
         self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
         self._handled_events: set[str] = self._ledger.handled_events()
-        self._notice = None
+        self._notice: Notice | None = None
+        self._recorded_path: Path | None = None  # the last checkpoint written to the ledger
         self._notice_checked = float("-inf")
         self._previous_handlers: dict[int, Any] = {}
         if install_signals:
-            self.install_signals(signals or tuple(settings.get("signals", DEFAULT_SIGNALS)))
+            self.install_signals(signals or settings.signals)
 
     # ------------------------------------------------------------------------------------ facts
 
@@ -122,20 +144,23 @@ class Run:
 
     def restore(self) -> Any:
         """The payload of the newest intact checkpoint (falls back past damaged ones), or None."""
-        found = self.store.latest()
-        if found is None:
+        restored = self.store.restore()  # verified while loaded: each file read once
+        if restored is None:
             return None
+        found, payload = restored
         self.restored, self.step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
         self._notice_checked = float("-inf")  # re-read the notice with the handled events known
         if self.writer:
             self._say_resumed(found)
-        return found.load()
+        return payload
 
     def _say_resumed(self, found: Checkpoint) -> None:
         before = self.previous_nodes
         change = f"; the previous attempt had {before}" if before not in (None, self.nodes) else ""
-        _say(f"resuming from step {found.step} (attempt {self.attempt}) on {self.nodes} node(s){change}")
+        log.info(
+            "resuming from step %d (attempt %d) on %d node(s)%s", found.step, self.attempt, self.nodes, change
+        )
         self._ledger.record(
             "resumed_from",
             step=found.step,
@@ -150,7 +175,7 @@ class Run:
 
     def install_signals(self, names: tuple[str, ...]) -> None:
         if threading.current_thread() is not threading.main_thread():
-            _say("warning: signal handlers can only be installed from the main thread; notices by file only")
+            log.warning("signal handlers can only be installed from the main thread; notices by file only")
             return
         for name in names:
             number = getattr(signal, f"SIG{name.upper().removeprefix('SIG')}")
@@ -178,7 +203,7 @@ class Run:
         self._notice_checked = float("-inf")  # re-read the notice file at the next step boundary
 
     @property
-    def notice(self):
+    def notice(self) -> Notice | None:
         """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
         now = time.monotonic()
         if now - self._notice_checked >= self.notice_poll:
@@ -186,7 +211,7 @@ class Run:
             self._notice = self._fresh_notice()
         return self._notice
 
-    def _fresh_notice(self):
+    def _fresh_notice(self) -> Notice | None:
         return fresh_notice(self.env, self._handled_events)
 
     @property
@@ -200,7 +225,8 @@ class Run:
         if notice is not None:
             return notice.deadline
         if self._signal_at is not None:
-            return datetime.fromtimestamp(self._signal_at, timezone.utc) + timedelta(seconds=self.grace)
+            signalled = datetime.fromtimestamp(self._signal_at, timezone.utc)
+            return deadline_of(signalled, self.deadline_after_signal)
         return None
 
     @property
@@ -223,7 +249,7 @@ class Run:
             left = self.seconds_left
             when = f"{left:.0f} s left" if left is not None else "no deadline known"
             if self.writer:
-                _say(f"preemption notice ({self._cause()}): final checkpoint at step {step}, {when}")
+                log.info("preemption notice (%s): final checkpoint at step %d, %s", self._cause(), step, when)
         return bool(stop or due)
 
     def _interval_due(self, step: int) -> bool:
@@ -258,7 +284,7 @@ class Run:
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
         done = self.store.wait()  # surfaces a failed background save
-        if done is not None and done.step != getattr(self, "_recorded_step", None):
+        if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
         meta.update(
             job_id=self.env.job_id,
@@ -267,17 +293,18 @@ class Run:
             node_list=self.env.node_list,
             handled_events=sorted(self._handled_events | self._current_event()),
         )
+        found: Checkpoint | None = None
         if self.torch:
             found = self.store.save_torch(step, state, meta, background=background)
         elif background:
-            found = self.store.save_async(step, state, meta)
+            self.store.save_async(step, state, meta)
         else:
             found = self.store.save(step, state, meta)
         if found is not None:  # a background save is recorded when it is done (next save or wait)
             self._record_saved(found)
 
     def _record_saved(self, found: Checkpoint) -> None:
-        self._recorded_step = found.step
+        self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
         self._ledger.record(
             "checkpoint_saved",
             step=found.step,
@@ -294,7 +321,7 @@ class Run:
     def wait(self) -> None:
         """Wait for a background save; raise its error if it failed."""
         done = self.store.wait()
-        if done is not None and done.step != getattr(self, "_recorded_step", None):
+        if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
 
     @property
@@ -314,40 +341,63 @@ class Run:
         if not self.writer:
             sys.exit(exit_code)
         if not self.env.job_id:
-            _say(f"not inside a Slurm job: final checkpoint at step {self.step} saved, exiting {exit_code}")
+            log.info(
+                "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self.step, exit_code
+            )
             sys.exit(exit_code)
         from slurm_preempt.job.requeue import requeue_self
 
         outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
         if outcome.ok:
-            _say(outcome.message)
+            log.info("%s", outcome.message)
             sys.exit(exit_code)
         fallback_exit(outcome.message, self.requeue_exit_code, self.seconds_left)
 
-    def close(self) -> None:
-        self.wait()
-        self.restore_signals()
+    def close(self, finished: bool = True) -> None:
+        """The run is over: wait for a background save, put the signal handlers (and logging) back as
+        they were. ``finished`` (the default; ``with Run(...)`` passes False when the block raised) says
+        the work is done: a notice that came after the last step then does not requeue the job."""
+        try:
+            self.wait()
+            if finished:
+                self._say_done()
+        finally:
+            self.restore_signals()
+            if self._stop_logging is not None:
+                self._stop_logging()
+                self._stop_logging = None
 
     def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, *_exc) -> None:
+        self.close(finished=exc_type is None)
+
+    def _say_done(self) -> None:
+        """Tell the job script that the command finished its work (so a late notice requeues nothing)."""
+        done = self.env.done_file
+        if done is None or not self.writer or self._stopping:
+            return
         try:
-            self.wait()
-        finally:
-            self.restore_signals()
+            done.touch()
+        except OSError as exc:
+            log.warning("cannot write %s (%s): a notice now would run the finished job again", done, exc)
 
 
 def fallback_exit(message: str, requeue_exit_code: int | None, seconds_left: float | None) -> None:
     """Slurm could not be asked to requeue. Exit with the site's RequeueExit code when configured; else
     stay alive until the node goes (Slurm requeues a --requeue job killed by NODE_FAIL or preemption)."""
     if requeue_exit_code is not None:
-        _say(f"{message}; exiting {requeue_exit_code} (requeue_exit_code) so RequeueExit= requeues the job")
+        log.warning(
+            "%s; exiting %d (requeue_exit_code) so RequeueExit= requeues the job", message, requeue_exit_code
+        )
         sys.exit(int(requeue_exit_code))
-    wait = max(seconds_left or 0.0, 0.0) + 300.0
-    _say(f"{message}; checkpoint saved; waiting up to {wait:.0f} s for Slurm to end and requeue the job")
+    wait = max(seconds_left or 0.0, 0.0) + FALLBACK_WAIT_PAST_DEADLINE
+    log.warning(
+        "%s; checkpoint saved; waiting up to %.0f s for Slurm to end and requeue the job", message, wait
+    )
     time.sleep(wait)
-    _say("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
+    log.error("still running after the deadline: exiting 1 (the job is not requeued; resubmit it)")
     sys.exit(1)
 
 
@@ -357,10 +407,6 @@ def _seconds(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value and value > 0 else None
-
-
-def _say(message: str) -> None:
-    print(f"slurm-preempt: {message}", file=sys.stderr, flush=True)
 
 
 __all__ = ["Run", "SlurmPreemptError", "fallback_exit"]

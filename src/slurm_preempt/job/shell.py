@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_preempt.errors import EXIT_SLURM, CheckpointError
+from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore, pid_alive
-from slurm_preempt.job.environment import JobEnv, LedgerWriter, fresh_notice, ledger_writer, resume_settings
+from slurm_preempt.job.environment import JobEnv, LedgerWriter, fresh_notice, ledger_writer
+from slurm_preempt.notice import Notice, deadline, to_text, utcnow
 
 # `resume wait` exit codes (documented in docs/resume.md)
 WAIT_NOTICE = 0
@@ -71,9 +73,7 @@ def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | N
     """Copy ``paths`` into checkpoint ``step`` atomically and record it in the ledger."""
     env = JobEnv.from_environ()
     ledger = ledger_writer(env)
-    store = CheckpointStore(
-        Path(checkpoint_dir).absolute(), keep=int(keep or resume_settings().get("keep", 3))
-    )
+    store = CheckpointStore(Path(checkpoint_dir).absolute(), keep=keep or job_settings.load().keep)
     handled = _handled(env, ledger, store.latest(verify=False))
     notice = fresh_notice(env, handled)
     if notice is not None and notice.event_id:
@@ -101,45 +101,40 @@ def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | N
 class WaitResult:
     code: int
     what: str
-    notice: object = None
+    notice: Notice | None = None
     deadline: str = ""
 
 
 def wait_for_notice(
-    timeout: float | None, checkpoint_dir: Path | None = None, pid: int | None = None, poll: float = 0.5
+    timeout: float | None,
+    checkpoint_dir: Path | None = None,
+    pid: int | None = None,
+    poll: float = 0.5,
+    deadline_after_signal: float | None = None,
 ) -> WaitResult:
     """Block until a notice file for this attempt appears or USR1/TERM arrives (WAIT_NOTICE), ``pid``
-    exits (WAIT_PROCESS_ENDED) or ``timeout`` passes (WAIT_TIMEOUT)."""
-    from slurm_preempt.notice import to_text, utcnow
-
+    exits (WAIT_PROCESS_ENDED) or ``timeout`` passes (WAIT_TIMEOUT). After a bare signal the deadline
+    is ``deadline_after_signal`` seconds later (default: ``[resume]``)."""
+    if deadline_after_signal is None:
+        deadline_after_signal = job_settings.load().deadline_after_signal
     env = JobEnv.from_environ()
     store_latest = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
     handled = _handled(env, ledger_writer(env), store_latest)
     got: list[str] = []
     for number in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(number, lambda n, _f: got.append(signal.Signals(n).name))
-    grace = float(resume_settings().get("grace", 30.0))
     end = None if timeout is None else time.monotonic() + timeout
     while True:
         notice = fresh_notice(env, handled)
         if notice is not None:
             return WaitResult(WAIT_NOTICE, f"notice for node {notice.node}", notice, to_text(notice.deadline))
         if got:
-            deadline = to_text(utcnow()) if grace <= 0 else _plus(utcnow(), grace)
-            return WaitResult(WAIT_NOTICE, got[0], None, deadline)
+            return WaitResult(WAIT_NOTICE, got[0], None, to_text(deadline(utcnow(), deadline_after_signal)))
         if pid is not None and not pid_alive(pid):
             return WaitResult(WAIT_PROCESS_ENDED, f"process {pid} ended")
         if end is not None and time.monotonic() >= end:
             return WaitResult(WAIT_TIMEOUT, f"no notice within {timeout:g} s")
         time.sleep(poll)
-
-
-def _plus(moment, seconds: float) -> str:
-    from datetime import timedelta
-
-    from slurm_preempt.notice import to_text
-
-    return to_text(moment + timedelta(seconds=seconds))
 
 
 def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
@@ -155,5 +150,5 @@ def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
     outcome = requeue_self(env, ledger, step=found.step if found else None, events=events)
     if outcome.ok:
         return True, outcome.message, 0
-    code = resume_settings().get("requeue_exit_code")
-    return False, outcome.message, int(code) if code is not None else EXIT_SLURM
+    code = job_settings.load().requeue_exit_code
+    return False, outcome.message, code if code is not None else EXIT_SLURM

@@ -11,8 +11,10 @@ The prolog writes ``attempt_start`` on every node, the controller's EpilogSlurmc
   the exit code tells failed from ended. A completed, a cancelled and a timed-out job all end 0:0
   there, so the ledger alone says "completed, cancelled or timed out".
 
-Work lost = attempt end minus the last durable checkpoint saved in it (the whole attempt when none);
-nothing for a completed attempt.
+Work lost (``Attempt.lost_seconds``, the one definition that history, the timeline and the report
+use; ``seconds_text`` is its one rounding) = attempt end minus the last durable checkpoint saved in it
+(the whole attempt when none); nothing for a completed attempt, and nothing after a final checkpoint:
+the job saved it because it was leaving, so what follows is the job leaving, not work redone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_preempt import ledger
+from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text, to_text
 from slurm_preempt.slurm.parse import AcctRecord, expand_nodes
 
@@ -58,6 +61,7 @@ class Attempt:
     notice_time: datetime | None = None
     deadline: datetime | None = None
     checkpoints: list[datetime] = field(default_factory=list)
+    final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
     wait_before: float | None = None  # seconds since the previous attempt ended
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
@@ -79,10 +83,13 @@ class Attempt:
 
     @property
     def lost_seconds(self) -> float:
+        """Work this attempt did that a later one must do again (see the module's docstring)."""
         if self.end is None or self.start is None or self.cause in FINISHED_CAUSES:
             return 0.0
-        since = self.last_checkpoint or self.start
-        return max(0.0, (self.end - since).total_seconds())
+        last = self.last_checkpoint
+        if last is not None and last in self.final_checkpoints:
+            return 0.0
+        return max(0.0, (self.end - (last or self.start)).total_seconds())
 
     def to_json(self) -> dict:
         def t(moment):
@@ -120,6 +127,10 @@ class JobHistory:
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
 
+    @property
+    def lost_seconds(self) -> float:
+        return sum(a.lost_seconds for a in self.attempts)
+
     def to_json(self) -> dict:
         return {
             "job_id": self.job_id,
@@ -129,6 +140,7 @@ class JobHistory:
             "submit": to_text(self.submit) if self.submit else None,
             "accounting": self.accounting,
             "ignored_events": self.ignored_events,
+            "lost_seconds": round(self.lost_seconds, 1),
             "attempts": [a.to_json() for a in self.attempts],
         }
 
@@ -141,24 +153,36 @@ def build(
     by_number: dict[int, Attempt] = {}
     for event in events:
         if event["kind"] in ("attempt_start", "attempt_end"):
-            _apply_hook_event(history, by_number, event)
+            history.ignored_events += not _applied(_apply_hook_event, history, by_number, event)
     attempts = sorted(by_number.values(), key=lambda a: a.number)
     if acct:
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
-        _apply_job_event(history, attempts, event)
+        history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
     _finish(attempts)
     history.attempts = attempts
     return history
 
 
+def _applied(apply, history: JobHistory, attempts, event: dict) -> bool:
+    """Apply one event; False (counted as ignored, the rest of the job kept) when its values are not
+    what the ledger writes: a job's own events are its user's text (a node list of a billion names, a
+    time in year 9999)."""
+    try:
+        apply(history, attempts, event)
+    except (ValueError, TypeError, OverflowError, KeyError, UsageError):
+        return False
+    return True
+
+
 def _time(event: dict, key: str = "time") -> datetime | None:
-    """The event's time; for ``time`` the nanoseconds of its file name when there (the text has seconds)."""
+    """The event's time; for ``time`` the ledger's order (``ledger._order``: the nanoseconds of the file
+    name when they agree with the content, the text having whole seconds)."""
     if key == "time" and event.get("_order"):
         return datetime.fromtimestamp(event["_order"] / 1e9, tz=timezone.utc)
     try:
         return from_text(str(event[key]))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, OverflowError):
         return None
 
 
@@ -224,18 +248,18 @@ def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event:
         attempt.nodes = expand_nodes(str(event["nodes"]))
 
 
-def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[AcctRecord]:
+def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[Attempt]:
     """sacct -D rows are the attempts in order; pair them with ledger attempts by start time."""
-    rows = sorted((r for r in rows if r.start is not None), key=lambda r: r.start)
+    started = sorted(((r.start, r) for r in rows if r.start is not None), key=lambda pair: pair[0])
     merged = []
     unmatched = list(attempts)
-    for index, row in enumerate(rows):
-        match = _pair(unmatched, index, row)
+    for index, (start, row) in enumerate(started):
+        match = _pair(unmatched, index, start)
         attempt = match or Attempt(number=index, source="sacct")
         if match is not None:
             unmatched.remove(match)
             attempt.source = "ledger+sacct"
-        attempt.start = attempt.start or row.start
+        attempt.start = attempt.start or start
         attempt.end = attempt.end or row.end  # the hooks' times have nanoseconds, sacct's whole seconds
         attempt.nodes = attempt.nodes or list(row.nodes)
         attempt.exit_code = row.exit_code or attempt.exit_code
@@ -253,18 +277,19 @@ def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRec
     return sorted(merged, key=lambda a: (a.start is None, a.start or datetime.max, a.number))
 
 
-def _pair(attempts: list[Attempt], index: int, row: AcctRecord) -> Attempt | None:
-    """The ledger attempt of this sacct row: the same restart number (rows in order are restarts
-    0, 1, ...) unless its start is far off, else the one that started closest, within two minutes."""
+def _pair(attempts: list[Attempt], index: int, start: datetime) -> Attempt | None:
+    """The ledger attempt of the sacct row that started at ``start``: the same restart number (rows in
+    order are restarts 0, 1, ...) unless its start is far off, else the one that started closest,
+    within two minutes."""
 
-    def near(a: Attempt) -> bool:
-        return a.start is None or abs((a.start - row.start).total_seconds()) <= 120
+    def gap(a: Attempt) -> float:
+        return 0.0 if a.start is None else abs((a.start - start).total_seconds())
 
-    same = next((a for a in attempts if a.number == index and near(a)), None)
+    same = next((a for a in attempts if a.number == index and gap(a) <= 120), None)
     if same is not None:
         return same
-    close = [a for a in attempts if a.start is not None and near(a)]
-    return min(close, key=lambda a: abs((a.start - row.start).total_seconds()), default=None)
+    close = [a for a in attempts if a.start is not None and gap(a) <= 120]
+    return min(close, key=gap, default=None)
 
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
@@ -280,6 +305,8 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
         attempt.deadline = attempt.deadline or _time(event, "deadline")
     elif kind == "checkpoint_saved":
         attempt.checkpoints.append(moment)
+        if event.get("final") is True:
+            attempt.final_checkpoints.append(moment)
         if isinstance(event.get("seconds"), (int, float)):
             history.checkpoint_seconds.append(float(event["seconds"]))
     elif kind == "requeued":
@@ -289,7 +316,7 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
 def _safe_time(text: str) -> datetime | None:
     try:
         return from_text(text) if text else None
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
 
 
@@ -399,6 +426,18 @@ def _clock(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration, compact: 0s, 0.2s, 45s, 2m05s, 1h02m. The one rounding of work lost, wherever shown."""
+    if 0 < seconds < 10 and round(seconds, 1) > 0:
+        return f"{seconds:.1f}s"
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 def _span(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -416,7 +455,13 @@ def history_text(history: JobHistory) -> str:
         head += f"  partition {history.partition}"
     if history.constraints:
         head += f"  constraint {history.constraints}"
-    lines = [head, f"{len(history.attempts)} attempt(s), from {source}; times UTC", ""]
+    preemptions = sum(1 for a in history.attempts if a.preempted)
+    lines = [
+        head,
+        f"{len(history.attempts)} attempt(s), {preemptions} preemption(s), "
+        f"{seconds_text(history.lost_seconds)} of work lost; from {source}; times UTC",
+        "",
+    ]
     for a in history.attempts:
         lines.append(
             f"attempt {a.number}  {','.join(a.nodes) or '?'}  {_clock(a.start)} -> {_clock(a.end)}"
@@ -427,7 +472,7 @@ def history_text(history: JobHistory) -> str:
             lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}")
         lines.append(
             f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
-            f"  work lost {_span(a.lost_seconds)}"
+            f"  work lost {seconds_text(a.lost_seconds)}"
         )
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_preempt.config import DEFAULT_STATE_DIR
+from slurm_preempt.durable import open_dir, write_atomic
 from slurm_preempt.errors import UsageError
 from slurm_preempt.ledger import WRITERS
 from slurm_preempt.resources import data_dir
@@ -131,17 +132,28 @@ def install(
         return result
     _write(prefix / OWN_DIR / "hooks.conf", conf_text, 0o644)
     for sub in ("", "jobs", "notices"):
-        (state_dir / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(state_dir / sub, 0o755)
-    writers = "0\n"
-    if ids is not None:
-        os.chown(state_dir / "jobs", 0, ids[1])
-        os.chmod(state_dir / "jobs", 0o775)
-        writers += f"{ids[0]}\n"
+        group = ids[1] if ids is not None and sub == "jobs" else 0
+        _own_folder(state_dir / sub, 0o775 if group else 0o755, group)
+    writers = "0\n" + (f"{ids[0]}\n" if ids is not None else "")
     _write(state_dir / WRITERS, writers, 0o644)
     if edit_conf is not None:
         result.conf_edited = str(edit_slurm_conf(Path(edit_conf), result.conf_lines))
     return result
+
+
+def _own_folder(folder: Path, mode: int, group: int) -> None:
+    """Create ``folder`` (root's, ``mode``, group ``group``) through descriptors: every folder above it
+    must be root's and closed to others (``durable.open_dir``), so no user can swap a symlink in while
+    root sets its owner and mode (finding 5: a planted link once had its target chowned)."""
+    try:
+        fd = open_dir(folder, create=0o755)
+    except PermissionError as exc:
+        raise UsageError(f"{folder}: {exc.strerror}; choose a state folder only root can change") from None
+    try:
+        os.fchown(fd, 0, group)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def _copy(source: Path, target: Path, mode: int) -> None:
@@ -149,17 +161,16 @@ def _copy(source: Path, target: Path, mode: int) -> None:
 
 
 def _write(target: Path, text: str, mode: int) -> None:
-    """Atomic write; the new file replaces (never writes through) whatever was at ``target``."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sp-", dir=target.parent)
+    """The new file replaces (never writes through) whatever was at ``target``, in a folder reached
+    only through root's folders. Its temporary name starts with a dot, which Slurm's ``prolog.d/*``
+    glob does not match."""
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.close(open_dir(target.parent, create=0o755))
+        write_atomic(target, text, mode, trusted=True)
+    except PermissionError as exc:
+        raise UsageError(
+            f"{target}: {exc.strerror}; install only where root alone can change things"
+        ) from None
 
 
 def edit_slurm_conf(path: Path, lines: list[str]) -> Path:

@@ -4,71 +4,20 @@ The honest comparison is the total cost of a completed run, not the price per GP
 preemptible nodes a job pays for every attempt (work later lost and restart overhead included) at
 the cheaper price; on-demand it would have paid once for the useful work at the full price.
 
-Prices come from ``[report]`` in the config (see docs/report.md)::
-
-    [report]
-    gpu_hour_on_demand = 2.0        # price of one GPU-hour on-demand
-    preemptible_discount = 0.5      # preemptible = on-demand x (1 - discount); or give the price:
-    # gpu_hour_preemptible = 1.0
-    cpu_hour_on_demand = 0.05       # used for jobs without GPUs
-    # cpu_hour_preemptible = 0.025
+Prices, and the assumption used without them, are in ``records.prices``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from slurm_preempt import ledger
-from slurm_preempt.errors import ConfigError
+from slurm_preempt.errors import UsageError
+from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
-
-DEFAULT_DISCOUNT = 0.5  # the documented example of seed 001: preemptible at half the on-demand price
-
-
-@dataclass(frozen=True)
-class Prices:
-    gpu_on_demand: float | None = None
-    gpu_preemptible: float | None = None
-    cpu_on_demand: float | None = None
-    cpu_preemptible: float | None = None
-
-    @classmethod
-    def from_config(cls, section: dict) -> Prices:
-        def number(key):
-            value = section.get(key)
-            if value is None:
-                return None
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"[report] {key} must be a non-negative number, not {value!r}")
-            return float(value)
-
-        discount = number("preemptible_discount")
-        discount = DEFAULT_DISCOUNT if discount is None else discount
-        if discount > 1:
-            raise ConfigError(
-                "[report] preemptible_discount is a fraction between 0 and 1 (0.5 = half price)"
-            )
-        gpu_od, cpu_od = number("gpu_hour_on_demand"), number("cpu_hour_on_demand")
-        gpu_pre = number("gpu_hour_preemptible")
-        cpu_pre = number("cpu_hour_preemptible")
-        return cls(
-            gpu_on_demand=gpu_od,
-            gpu_preemptible=gpu_pre if gpu_pre is not None else _discounted(gpu_od, discount),
-            cpu_on_demand=cpu_od,
-            cpu_preemptible=cpu_pre if cpu_pre is not None else _discounted(cpu_od, discount),
-        )
-
-    def for_unit(self, unit: str) -> tuple[float | None, float | None]:
-        if unit == "GPU-hours":
-            return self.gpu_preemptible, self.gpu_on_demand
-        return self.cpu_preemptible, self.cpu_on_demand
-
-
-def _discounted(price: float | None, discount: float) -> float | None:
-    return None if price is None else price * (1 - discount)
+from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
 
 
 @dataclass
@@ -90,10 +39,22 @@ class JobCost:
     cost_on_demand: float | None = None
     interval_advice: dict | None = None
     verdict: str = ""
+    node_hours: float = 0.0  # every attempt, as for run_hours, but per node
+    lost_node_hours: float = 0.0
+    assumed_discount: float | None = None  # no price for this job's unit: compared in node-hours
 
     @property
     def useful_hours(self) -> float:
         return max(0.0, self.run_hours - self.lost_hours)
+
+    @property
+    def cost_fraction(self) -> float | None:
+        """The preemptible cost over the on-demand cost of the same work, from prices or assumed."""
+        if self.assumed_discount is None:
+            if self.cost_preemptible is None or not self.cost_on_demand:
+                return None
+            return self.cost_preemptible / self.cost_on_demand
+        return assumed_fraction(self.node_hours, self.lost_node_hours, self.assumed_discount)
 
     @property
     def goodput(self) -> float:
@@ -115,6 +76,10 @@ class JobCost:
             "goodput": round(self.goodput, 3),
             "cost_preemptible": _money(self.cost_preemptible),
             "cost_on_demand": _money(self.cost_on_demand),
+            "node_hours": round(self.node_hours, 4),
+            "lost_node_hours": round(self.lost_node_hours, 4),
+            "cost_fraction": _money(self.cost_fraction),
+            "assumed_discount": self.assumed_discount,
             "interval_advice": self.interval_advice,
             "verdict": self.verdict,
         }
@@ -132,6 +97,9 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
     def width(a: hist.Attempt) -> int:
         return (a.gpus if gpu else a.cpus) or 1
 
+    def nodes(a: hist.Attempt) -> int:
+        return len(a.nodes) or 1
+
     run = sum(a.run_seconds * width(a) for a in ended) / 3600
     lost = sum(a.lost_seconds * width(a) for a in ended) / 3600
     cost = JobCost(
@@ -148,11 +116,15 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
         wall_run_seconds=sum(a.run_seconds for a in ended),
         checkpoint_seconds=_mean(history.checkpoint_seconds),
         last_cause=history.attempts[-1].cause if history.attempts else "",
+        node_hours=sum(a.run_seconds * nodes(a) for a in ended) / 3600,
+        lost_node_hours=sum(a.lost_seconds * nodes(a) for a in ended) / 3600,
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
         cost.cost_preemptible = cost.run_hours * pre
         cost.cost_on_demand = cost.useful_hours * on_demand
+    else:
+        cost.assumed_discount = prices.discount
     cost.interval_advice = advise_interval(
         _mean(history.checkpoint_seconds), _mtbp(history), _mean_interval(history)
     )
@@ -187,23 +159,14 @@ def advise_interval(
     """
     if not checkpoint_seconds or not mtbp_seconds or checkpoint_seconds <= 0 or mtbp_seconds <= 0:
         return None
-    try:  # the resume engineer's module; the formulas live there once
-        from slurm_preempt.job.interval import daly, young_daly
-    except ImportError:
-        young = math.sqrt(2 * checkpoint_seconds * mtbp_seconds)
-        best, formula = young, "young (interval.py not installed)"
-    else:
-        young = young_daly(checkpoint_seconds, mtbp_seconds)
-        best, formula = daly(checkpoint_seconds, mtbp_seconds), "daly"
-    advice = {
+    return {
         "checkpoint_seconds": round(checkpoint_seconds, 2),
         "mtbp_seconds": round(mtbp_seconds, 1),
-        "young_seconds": round(young, 1),
-        "advised_seconds": round(best, 1),
-        "formula": formula,
+        "young_seconds": round(young_daly(checkpoint_seconds, mtbp_seconds), 1),
+        "advised_seconds": round(daly(checkpoint_seconds, mtbp_seconds), 1),
+        "formula": "daly",  # the formulas live once, in job/interval.py
         "current_seconds": None if current_seconds is None else round(current_seconds, 1),
     }
-    return advice
 
 
 def verdict(cost: JobCost) -> str:
@@ -212,36 +175,51 @@ def verdict(cost: JobCost) -> str:
         return "no attempt recorded"
     if not cost.completed:
         return "still running" if cost.last_cause == "running" else f"did not complete: {cost.last_cause}"
-    priced = cost.cost_preemptible is not None and cost.cost_on_demand is not None
-    if priced and cost.cost_preemptible >= cost.cost_on_demand:
-        return (
-            f"preemptible is NOT worth it for this job: lost work and restarts cost "
-            f"{cost.cost_preemptible:.2f} against {cost.cost_on_demand:.2f} on-demand"
-        )
+    fraction = cost.cost_fraction
+    label = assumption(cost.assumed_discount)
+    if fraction is not None and fraction >= 1:
+        if cost.assumed_discount is None:
+            spent = (
+                f"{cost.cost_preemptible:.2f} against {cost.cost_on_demand:.2f} on-demand ({fraction:.0%})"
+            )
+        else:
+            spent = f"{fraction:.0%} of the on-demand cost{label}"
+        return f"preemptible is NOT worth it for this job: lost work and restarts cost {spent}"
     if cost.goodput < 0.5:
         return (
             f"preemptible is NOT worth it for this job: {100 * (1 - cost.goodput):.0f}% of the run was lost"
         )
+    share = "" if fraction is None else f", {fraction:.0%} of the on-demand cost{label}"
     if cost.preemptions == 0:
-        return "never preempted: preemptible was pure saving"
-    return f"worth it: {cost.preemptions} preemption(s), {100 * cost.goodput:.0f}% goodput"
+        return f"never preempted: preemptible was pure saving{share}"
+    return f"worth it: {cost.preemptions} preemption(s), {100 * cost.goodput:.0f}% goodput{share}"
 
 
 @dataclass
 class Report:
     jobs: list[JobCost] = field(default_factory=list)
     accounting: bool = False
+    unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its ledger was skipped
 
     def totals(self) -> dict:
         def total(name):
             values = [getattr(j, name) for j in self.jobs]
-            return None if any(v is None for v in values) else round(sum(values), 4)
+            return None if any(v is None for v in values) else sum(values)
 
         run = sum(j.run_hours for j in self.jobs)
         lost = sum(j.lost_hours for j in self.jobs)
         preemptions = sum(j.preemptions for j in self.jobs)
         wall = sum(j.wall_run_seconds for j in self.jobs)
         costs = [j.checkpoint_seconds for j in self.jobs if j.checkpoint_seconds]
+        node_hours = sum(j.node_hours for j in self.jobs)
+        lost_node_hours = sum(j.lost_node_hours for j in self.jobs)
+        pre, on_demand = total("cost_preemptible"), total("cost_on_demand")
+        # One job without a price puts the whole total on the assumption, so that it adds like to like.
+        assumed = next((j.assumed_discount for j in self.jobs if j.assumed_discount is not None), None)
+        if assumed is not None:
+            fraction = assumed_fraction(node_hours, lost_node_hours, assumed)
+        else:
+            fraction = pre / on_demand if pre is not None and on_demand else None
         return {
             "jobs": len(self.jobs),
             "attempts": sum(j.attempts for j in self.jobs),
@@ -250,8 +228,12 @@ class Report:
             "lost_hours": round(lost, 4),
             "waited_seconds": round(sum(j.waited_seconds for j in self.jobs), 1),
             "goodput": round((run - lost) / run, 3) if run else 1.0,
-            "cost_preemptible": total("cost_preemptible"),
-            "cost_on_demand": total("cost_on_demand"),
+            "cost_preemptible": _money(pre),
+            "cost_on_demand": _money(on_demand),
+            "node_hours": round(node_hours, 4),
+            "lost_node_hours": round(lost_node_hours, 4),
+            "cost_fraction": _money(fraction),
+            "assumed_discount": assumed,
             # For `slurm-preempt sbatch --checkpoint-interval auto --mtbp ... --checkpoint-seconds ...`
             "mtbp_seconds": round(wall / preemptions, 1) if preemptions else None,
             "checkpoint_seconds": round(sum(costs) / len(costs), 3) if costs else None,
@@ -262,6 +244,7 @@ class Report:
             "accounting": self.accounting,
             "jobs": [j.to_json() for j in self.jobs],
             "total": self.totals(),
+            "unreadable": self.unreadable,
         }
 
 
@@ -279,10 +262,14 @@ def build_report(
     rows = hist.accounting_rows(slurm, ids) if slurm is not None and ids else None
     report.accounting = rows is not None
     for job_id in ids:
-        history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
-        if not history.attempts or not _wanted(history, since, user, partition):
-            continue
-        report.jobs.append(job_cost(history, prices))
+        try:
+            history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
+            if not history.attempts or not _wanted(history, since, user, partition):
+                continue
+            report.jobs.append(job_cost(history, prices))
+        except (OSError, ValueError, TypeError, OverflowError, ArithmeticError, UsageError) as exc:
+            # One job's ledger (its folder is its user's) never stops the report of everyone else.
+            report.unreadable[job_id] = f"{type(exc).__name__}: {exc}"[:200]
     return report
 
 
@@ -330,6 +317,23 @@ def _cost(value: float | None) -> str:
     return f"{value:.2f}" if value >= 1 else f"{value:.4f}"
 
 
+def _cost_cells(money: tuple, node_hours: float, lost_node_hours: float, discount, fraction) -> tuple:
+    """preemptible, on-demand and their ratio: money, or node-hours marked * (assumed discount)."""
+    ratio = "-" if fraction is None else f"{fraction:.0%}"
+    if discount is None:
+        return _cost(money[0]), _cost(money[1]), ratio
+    pre, on_demand = node_hours * (1 - discount), node_hours - lost_node_hours
+    return f"{_hours(pre)}*", f"{_hours(on_demand)}*", f"{ratio}*"
+
+
+def _assumption_note(discount: float) -> str:
+    return (
+        f"* assumed, no price configured: node-hours, preemptible at {1 - discount:.0%} of the on-demand "
+        "price (preemptible_discount,\n  0.5 by default); set [report] gpu_hour_on_demand or "
+        "cpu_hour_on_demand to compare money (docs/report.md)"
+    )
+
+
 def report_text(report: Report) -> str:
     source = "ledger + sacct -D" if report.accounting else "ledger only (no accounting)"
     if not report.jobs:
@@ -337,21 +341,29 @@ def report_text(report: Report) -> str:
     unit = report.jobs[0].unit if len({j.unit for j in report.jobs}) == 1 else "resource-hours"
     head = (
         f"{'job':>10} {'user':<10} {'att':>3} {'pre':>3} {'run ' + unit:>16} {'lost':>8} {'waited':>8} "
-        f"{'goodput':>7} {'preemptible':>11} {'on-demand':>9}"
+        f"{'goodput':>7} {'preemptible':>11} {'on-demand':>9} {'ratio':>6}"
     )
     lines = [f"{len(report.jobs)} job(s), from {source}", "", head]
     for j in report.jobs:
+        money = (j.cost_preemptible, j.cost_on_demand)
+        cells = _cost_cells(money, j.node_hours, j.lost_node_hours, j.assumed_discount, j.cost_fraction)
         lines.append(
             f"{j.job_id:>10} {j.user[:10]:<10} {j.attempts:>3} {j.preemptions:>3} "
             f"{_hours(j.run_hours):>16} {_hours(j.lost_hours):>8} {j.waited_seconds:>7.0f}s "
-            f"{100 * j.goodput:>6.0f}% {_cost(j.cost_preemptible):>11} {_cost(j.cost_on_demand):>9}"
+            f"{100 * j.goodput:>6.0f}% {cells[0]:>11} {cells[1]:>9} {cells[2]:>6}"
         )
     t = report.totals()
+    money = (t["cost_preemptible"], t["cost_on_demand"])
+    cells = _cost_cells(
+        money, t["node_hours"], t["lost_node_hours"], t["assumed_discount"], t["cost_fraction"]
+    )
     lines.append(
         f"{'total':>10} {'':<10} {t['attempts']:>3} {t['preemptions']:>3} {_hours(t['run_hours']):>16} "
         f"{_hours(t['lost_hours']):>8} {t['waited_seconds']:>7.0f}s {100 * t['goodput']:>6.0f}% "
-        f"{_cost(t['cost_preemptible']):>11} {_cost(t['cost_on_demand']):>9}"
+        f"{cells[0]:>11} {cells[1]:>9} {cells[2]:>6}"
     )
+    if t["assumed_discount"] is not None:
+        lines.append(_assumption_note(t["assumed_discount"]))
     lines.append("")
     for j in report.jobs:
         lines.append(f"job {j.job_id}: {j.verdict}")
@@ -362,12 +374,13 @@ def report_text(report: Report) -> str:
                 f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
                 f"{advice['mtbp_seconds']:.0f}s)"
             )
+    if report.unreadable:
+        lines.append(f"\n{len(report.unreadable)} job(s) skipped, their ledger unreadable: " + ", ".join(
+            f"{job_id} ({why})" for job_id, why in sorted(report.unreadable.items())[:10]))  # fmt: skip
     if t["mtbp_seconds"]:
         lines.append(
             f"\nmean time between preemptions {t['mtbp_seconds']:.0f}s over all jobs"
             + (f", one checkpoint {t['checkpoint_seconds']}s" if t["checkpoint_seconds"] else "")
             + ": use them with `slurm-preempt sbatch --checkpoint-interval auto`"
         )
-    if t["cost_preemptible"] is None:
-        lines.append("\nno prices configured: set [report] gpu_hour_on_demand or cpu_hour_on_demand")
     return "\n".join(lines)

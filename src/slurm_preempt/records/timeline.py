@@ -8,12 +8,13 @@ from the first start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from html import escape
 from pathlib import Path
 
 from slurm_preempt.errors import UsageError
-from slurm_preempt.records.history import Attempt, JobHistory
+from slurm_preempt.records.history import Attempt, JobHistory, seconds_text
 
 WIDTH = 960
 LEFT = 110  # room for node names
@@ -30,17 +31,6 @@ COLORS = {
     "deadline": "#c23030",
     "checkpoint": "#182026",
 }
-
-
-def _fmt_seconds(seconds: float) -> str:
-    if 0 < seconds < 10:
-        return f"{seconds:.1f}s"
-    seconds = int(round(seconds))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _nice_step(span: float) -> float:
@@ -107,11 +97,10 @@ def render_svg(history: JobHistory, now: datetime | None = None) -> str:
 
 
 def _header(history: JobHistory, height: int) -> str:
-    lost = sum(a.lost_seconds for a in history.attempts)
     pre = sum(1 for a in history.attempts if a.preempted)
     title = (
         f"Job {history.job_id}: {len(history.attempts)} attempt(s), {pre} preemption(s), "
-        f"{_fmt_seconds(lost)} of work lost"
+        f"{seconds_text(history.lost_seconds)} of work lost"
     )
     if history.user:
         title += f" (user {history.user})"
@@ -137,7 +126,7 @@ def _grid(scale: _Scale, top: float, axis_y: float) -> str:
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{axis_y}" stroke="#e1e8ed"/>')
         out.append(
             f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" class="label small">'
-            f"+{_fmt_seconds(tick)}</text>"
+            f"+{seconds_text(tick)}</text>"
         )
         tick += step
     stamp = scale.start.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -145,7 +134,7 @@ def _grid(scale: _Scale, top: float, axis_y: float) -> str:
     return "\n".join(out)
 
 
-def _attempt(attempt: Attempt, scale: _Scale, rows: dict[str, float], end: datetime) -> list[str]:
+def _attempt(attempt: Attempt, scale: _Scale, rows: Mapping[str, float], end: datetime) -> list[str]:
     if attempt.start is None:
         return []
     x0, x1 = scale.x(attempt.start), scale.x(attempt.end or end)
@@ -200,8 +189,8 @@ def _notice_marks(attempt: Attempt, scale: _Scale, y: float) -> list[str]:
 
 def _tooltip(attempt: Attempt) -> str:
     return (
-        f"attempt {attempt.number} on {','.join(attempt.nodes)}: ran {_fmt_seconds(attempt.run_seconds)}, "
-        f"{attempt.cause}, lost {_fmt_seconds(attempt.lost_seconds)}"
+        f"attempt {attempt.number} on {','.join(attempt.nodes)}: ran {seconds_text(attempt.run_seconds)}, "
+        f"{attempt.cause}, lost {seconds_text(attempt.lost_seconds)}"
     )
 
 
@@ -217,7 +206,7 @@ def _waits(history: JobHistory, scale: _Scale, y: float) -> list[str]:
         )
         out.append(
             f'<text x="{(x0 + x1) / 2:.1f}" y="{y + 40}" text-anchor="middle" class="label small muted">'
-            f"waited {_fmt_seconds(after.wait_before or 0)}</text>"
+            f"waited {seconds_text(after.wait_before or 0)}</text>"
         )
     return out
 

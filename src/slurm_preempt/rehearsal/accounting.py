@@ -9,28 +9,32 @@ The plain cluster does not pay for any of this.
 
 from __future__ import annotations
 
-import os
-import shutil
+import logging
 import socket
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, MissingDependencyError
 from slurm_preempt.rehearsal import procs
 from slurm_preempt.rehearsal.procs import Started
 
+if TYPE_CHECKING:  # clusterspec renders slurm.conf with conf_lines() below
+    from slurm_preempt.rehearsal.clusterspec import ClusterSpec
+
+log = logging.getLogger(__name__)
+
 REQUIRED = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "slurmdbd": "slurmdbd"}
 DB_USER, DB_PASS, DB_NAME = "slurm", "sp-test-only", "slurm_acct_db"  # a private, loopback-only database
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def ports(spec) -> tuple[int, int]:
+def ports(spec: ClusterSpec) -> tuple[int, int]:
     """(MariaDB, slurmdbd): above the 64 node ports that follow slurmctld's."""
     return spec.port + 66, spec.port + 67
 
 
-def conf_lines(spec) -> list[str]:
+def conf_lines(spec: ClusterSpec) -> list[str]:
     return [
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=localhost",
@@ -41,7 +45,7 @@ def conf_lines(spec) -> list[str]:
 
 
 def _which(binary: str) -> str:
-    found = shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
+    found = procs.which(binary)
     if not found:
         raise MissingDependencyError(
             f"accounting needs {binary}: apt-get install {' '.join(sorted(set(REQUIRED.values())))}"
@@ -54,7 +58,7 @@ def check_packages() -> None:
         _which(binary)
 
 
-def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[Started]:
+def start(spec: ClusterSpec, env: dict[str, str]) -> list[Started]:
     """Start MariaDB and slurmdbd for ``spec``; return them (the caller stops them with the rest)."""
     check_packages()
     d = spec.directory
@@ -62,7 +66,7 @@ def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[St
     data, run = d / "mysql", d / "run"
     started = []
     if not (data / "mysql").is_dir():
-        progress("creating the MariaDB data folder")
+        log.info("creating the MariaDB data folder")
         _run(
             [
                 _which("mariadb-install-db"),
@@ -76,7 +80,7 @@ def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[St
         )
     sock = run / "mysqld.sock"
     sock.unlink(missing_ok=True)
-    progress("starting mariadbd")
+    log.info("starting mariadbd")
     started.append(
         procs.start(
             "mariadbd",
@@ -107,7 +111,7 @@ def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[St
         ["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e", grant], d / "log" / "mariadb.out"
     )
     _write_dbd_conf(spec, db_port, dbd_port)
-    progress("starting slurmdbd")
+    log.info("starting slurmdbd")
     started.append(procs.start("slurmdbd", [_which("slurmdbd"), "-D"], env, d / "log" / "slurmdbd.out"))
     if not procs.wait_until(lambda: _listening(dbd_port), 30, 0.2):
         raise ClusterError(f"slurmdbd did not listen on port {dbd_port}; see {d}/log/slurmdbd.log")
@@ -115,7 +119,7 @@ def start(spec, env: dict[str, str], progress: Callable[[str], None]) -> list[St
     return started
 
 
-def _write_dbd_conf(spec, db_port: int, dbd_port: int) -> None:
+def _write_dbd_conf(spec: ClusterSpec, db_port: int, dbd_port: int) -> None:
     d = spec.directory
     text = (
         "\n".join(
@@ -138,11 +142,7 @@ def _write_dbd_conf(spec, db_port: int, dbd_port: int) -> None:
         + "\n"
     )
     # slurmdbd reads slurmdbd.conf next to slurm.conf and refuses it unless only SlurmUser can read it.
-    path = spec.conf_path.parent / "slurmdbd.conf"
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
+    write_atomic(spec.conf_path.parent / "slurmdbd.conf", text, 0o600)
 
 
 def _listening(port: int) -> bool:

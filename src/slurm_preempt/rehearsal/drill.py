@@ -11,11 +11,14 @@ One drill event on a set of nodes follows the provider's timeline:
 Meanwhile every job that ran on the nodes at T+0 is observed with one ``squeue`` per tick: when it left
 its node, when it was requeued, when and where it ran again; the ledger adds when it was told and when it
 took its last checkpoint. Random mode draws events from a Poisson process (mean time between
-preemptions), optionally taking several nodes at once (correlated preemption).
+preemptions), optionally taking several nodes at once (correlated preemption). What happens is logged as
+it happens (``drill: T+0      drained pre1 (1234)``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -24,9 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_preempt import ledger
-from slurm_preempt.errors import SlurmError, UsageError
+from slurm_preempt.errors import ClusterError, SlurmError, UsageError
 from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.slurm.commands import Slurm
+
+log = logging.getLogger(__name__)
 
 DEFAULT_REASON = "TogetherPreemptionNotified: slurm-preempt drill"
 
@@ -122,36 +128,37 @@ class NodeOps:
 
 def node_ops(slurm: Slurm, allow_real: bool) -> NodeOps:
     """Pick the node operations for the cluster ``SLURM_CONF`` points at."""
-    from slurm_preempt.rehearsal import testcluster as tc
-
     state = local_cluster(slurm)
     if state is not None:
-        return NodeOps(
-            remove=lambda names, reason: [tc.remove_node(state, n, reason) for n in names] and None,
-            revive=lambda names: [tc.revive_node(state, n) for n in names] and None,
-            local=True,
-        )
+        local = state
+
+        def remove(names: list[str], reason: str) -> None:
+            for name in names:
+                tc.remove_node(local, name, reason)
+
+        def revive(names: list[str]) -> None:
+            for name in names:
+                tc.revive_node(local, name)
+
+        return NodeOps(remove=remove, revive=revive, local=True)
     if not allow_real:
         raise UsageError(
             "this is not slurm-preempt's local test cluster: a drill would drain and down real nodes; "
             "pass --real-cluster if you mean it"
         )
-    return NodeOps(remove=lambda n, r: slurm.set_down(n, r), revive=lambda n: slurm.resume(n), local=False)
+    return NodeOps(remove=slurm.set_down, revive=slurm.resume, local=False)
 
 
-def local_cluster(slurm: Slurm):
+def local_cluster(slurm: Slurm) -> tc.ClusterState | None:
     """The local test cluster that ``SLURM_CONF`` points at, or None for any other cluster."""
-    import os
-
-    from slurm_preempt.rehearsal import testcluster as tc
-
     conf = (slurm.env or os.environ).get("SLURM_CONF")
     if not conf:
         return None
     directory = Path(conf).resolve().parent.parent  # <dir>/etc/slurm.conf
     try:
         state = tc.load_state(directory)
-    except Exception:
+    except ClusterError:  # a cluster.json that is not ours to read: not the local test cluster
+        log.debug("%s holds no readable test cluster", directory, exc_info=True)
         return None
     if state is None or state.spec.conf_path.resolve() != Path(conf).resolve():
         return None
@@ -169,10 +176,9 @@ class Drill:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         tick: float = 0.5,
-        progress: Callable[[str], None] = lambda _m: None,
     ):
         self.slurm, self.ops, self.state_dir = slurm, ops, state_dir
-        self.clock, self.sleep, self.tick, self.say = clock, sleep, tick, progress
+        self.clock, self.sleep, self.tick = clock, sleep, tick
         self.events: list[DrillEvent] = []
 
     # ---------------------------------------------------------------------------------- phases
@@ -185,14 +191,14 @@ class Drill:
         event.jobs = {j.job_id: JobWatch(j.job_id, j.nodes, j.restart_count) for j in running}
         self.events.append(event)
         jobs = ", ".join(event.jobs) or "no jobs"
-        self.say(f"T+0      drained {','.join(names)} ({jobs})")
+        log.info("T+0      drained %s (%s)", ",".join(names), jobs)
         return event
 
     def _advance(self, event: DrillEvent, now: float) -> None:
         if event.removed_at is None and now >= event.drain_at + event.grace:
             self.ops.remove(list(event.nodes), "removed by slurm-preempt drill")
             event.removed_at = self.clock()
-            self.say(f"T+{event.removed_at - event.drain_at:<6.1f} removed {','.join(event.nodes)}")
+            log.info("T+%-6.1f removed %s", event.removed_at - event.drain_at, ",".join(event.nodes))
         elif (
             event.removed_at is not None
             and event.revived_at is None
@@ -200,7 +206,7 @@ class Drill:
         ):
             self.ops.revive(list(event.nodes))
             event.revived_at = self.clock()
-            self.say(f"T+{event.revived_at - event.drain_at:<6.1f} {','.join(event.nodes)} back")
+            log.info("T+%-6.1f %s back", event.revived_at - event.drain_at, ",".join(event.nodes))
 
     def _observe(self, now: float) -> None:
         watches = [w for e in self.events for w in e.jobs.values() if w.running_again_at is None]
@@ -210,7 +216,7 @@ class Drill:
         try:
             current = {j.job_id: j for j in self.slurm.jobs(job_ids=ids, states="all")}
         except SlurmError as exc:
-            self.say(f"squeue failed, retrying: {exc}")
+            log.warning("squeue failed, retrying: %s", exc)
             return
         for watch in watches:
             job = current.get(watch.job_id)
@@ -224,7 +230,7 @@ class Drill:
                 watch.requeued_at = now
             if job.running and job.restart_count > watch.restarts_before:
                 watch.running_again_at, watch.where = now, job.nodes
-                self.say(f"job {job.job_id} running again on {','.join(job.nodes)}")
+                log.info("job %s running again on %s", job.job_id, ",".join(job.nodes))
             elif job.state not in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED", "CONFIGURING"):
                 watch.ended = job.state
 

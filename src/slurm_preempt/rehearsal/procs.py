@@ -8,6 +8,7 @@ a killed daemon lingers as a zombie that holds no port, no file and no CPU.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,6 +16,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+# Daemons live in sbin, which a user's PATH (or sudo's) may lack.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def which(binary: str) -> str | None:
+    """Where ``binary`` is, on PATH or in the system folders."""
+    return shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
 
 
 @dataclass(frozen=True)
@@ -159,3 +168,11 @@ def tree(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return list(out.values())
+
+
+def environ_of(proc: psutil.Process) -> dict[str, str]:
+    """The environment of a process; empty when it is gone or not ours to read."""
+    try:
+        return proc.environ()
+    except psutil.Error:
+        return {}

@@ -3,33 +3,62 @@
 One munged, one slurmctld and one ``slurmd -N NAME`` per node, all as root, every file (config, munge
 key and socket, state, spool, logs) under one folder, on ports of its own so it never meets a real
 Slurm. Nodes carry the features ``standard`` or ``preemptible`` and may declare more CPUs than the
-host has (``SlurmdParameters=config_overrides``), so many small jobs fit.
+host has (``SlurmdParameters=config_overrides``), so many small jobs fit. Its shape, slurm.conf and
+``cluster.json`` are in ``clusterspec.py``; this module starts, stops, removes and revives.
 
 Each daemon is started in the foreground of its own session and remembered by pid and creation time
 in ``cluster.json``; ``down`` stops exactly those. Each slurmd is started with
 ``SP_TESTCLUSTER_NODE=<name>`` in its environment, which its slurmstepd processes inherit: that is how
-``remove_node`` finds a node's job processes to kill them as a vanishing machine would.
+``remove_node`` finds a node's job processes to kill them as a vanishing machine would. Progress is
+logged (``testcluster: starting munged``).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shutil
+import socket
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from slurm_preempt.errors import ClusterError, MissingDependencyError, UsageError
+from slurm_preempt.durable import write_atomic
+from slurm_preempt.errors import ClusterError, MissingDependencyError, SlurmError, UsageError
 from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, procs
-from slurm_preempt.rehearsal.procs import Started
+from slurm_preempt.rehearsal.clusterspec import (
+    DEFAULT_DIR,
+    DEFAULT_PORT,
+    ClusterSpec,
+    ClusterState,
+    env_lines,
+    load_state,
+    render_conf,
+    save_state,
+)
+from slurm_preempt.rehearsal.procs import SYSTEM_PATH, Started
 from slurm_preempt.slurm.commands import Slurm
 
-DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
-DEFAULT_PORT = 17100
-STATE_FILE = "cluster.json"
+__all__ = [
+    "DEFAULT_DIR",
+    "DEFAULT_PORT",
+    "SYSTEM_PATH",
+    "ClusterSpec",
+    "ClusterState",
+    "check_packages",
+    "down",
+    "env_lines",
+    "load_state",
+    "remove_node",
+    "revive_node",
+    "status",
+    "up",
+]
+
+log = logging.getLogger(__name__)
+
 # Binaries and the Debian package that brings each (Debian 13 names them slurmd-wlm etc. behind
 # alternatives, which still answer to these names).
 REQUIRED = {
@@ -38,145 +67,11 @@ REQUIRED = {
     "slurmd": "slurmd",
     "sinfo": "slurm-client",
 }
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """The shape of a local cluster."""
-
-    directory: Path = DEFAULT_DIR
-    standard: int = 2
-    preemptible: int = 4
-    cpus: int = 8  # declared per node; may exceed the host's (config_overrides)
-    memory_mb: int = 4000
-    port: int = DEFAULT_PORT  # slurmctld; nodes take the following ports
-    name: str = "sptest"
-    kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
-    extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
-    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
-    accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
-
-    def validate(self) -> None:
-        if self.standard < 0 or self.preemptible < 0:
-            raise UsageError("node counts cannot be negative")
-        if self.standard + self.preemptible == 0:
-            raise UsageError("a cluster needs at least one node")
-        if self.standard + self.preemptible > 64:
-            raise UsageError("at most 64 nodes on one host")
-        if self.cpus < 1 or self.memory_mb < 100:
-            raise UsageError("each node needs at least 1 CPU and 100 MB")
-        if not 1024 < self.port < 65535 - self.standard - self.preemptible:
-            raise UsageError(f"port {self.port} is out of range (1025-65000)")
-        if self.directory.exists() and not self.directory.is_dir():
-            raise UsageError(f"--dir {self.directory} exists and is not a folder")
-
-    @property
-    def node_names(self) -> list[str]:
-        std = [f"std{i}" for i in range(1, self.standard + 1)]
-        pre = [f"pre{i}" for i in range(1, self.preemptible + 1)]
-        return std + pre
-
-    @property
-    def conf_path(self) -> Path:
-        return self.directory / "etc" / "slurm.conf"
-
-    @property
-    def state_dir(self) -> Path:
-        """slurm-preempt's own state (notices, ledger) for jobs of this cluster."""
-        return self.directory / "sp-state"
-
-    @property
-    def munge_socket(self) -> Path:
-        return self.directory / "munge" / "munge.socket"
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["directory"] = str(self.directory)
-        data["extra_conf"] = list(self.extra_conf)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> ClusterSpec:
-        data = dict(data)
-        data["directory"] = Path(data["directory"])
-        data["extra_conf"] = tuple(data.get("extra_conf", ()))
-        return cls(**data)
-
-
-@dataclass
-class ClusterState:
-    """What ``cluster.json`` holds: the spec and the processes started for it."""
-
-    spec: ClusterSpec
-    processes: list[Started] = field(default_factory=list)
-    started_at: float = 0.0
-    ready_seconds: float = 0.0
-
-    def alive(self) -> list[Started]:
-        return [p for p in self.processes if p.alive]
-
-    def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.spec.conf_path), "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir)}
-
-
-def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
-    """slurm.conf for ``spec``."""
-    d = spec.directory
-    lines = [
-        f"ClusterName={spec.name}",
-        "SlurmctldHost=localhost(127.0.0.1)",
-        f"SlurmctldPort={spec.port}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        f"AuthInfo=socket={spec.munge_socket}",
-        f"StateSaveLocation={d}/state",
-        f"SlurmdSpoolDir={d}/spool/%n",
-        f"SlurmctldPidFile={d}/run/slurmctld.pid",
-        f"SlurmdPidFile={d}/run/slurmd-%n.pid",
-        f"SlurmctldLogFile={d}/log/slurmctld.log",
-        f"SlurmdLogFile={d}/log/slurmd-%n.log",
-        # linuxproc needs no cgroup setup, which sandboxes and containers rarely allow.
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
-        "MpiDefault=none",
-        f"KillWait={spec.kill_wait}",
-        # Job ids go on rising across fresh starts, so ledgers of earlier runs never collide.
-        f"FirstJobId={first_job_id}",
-    ]
-    port = spec.port + 1
-    for feature, prefix, count in (
-        ("standard", "std", spec.standard),
-        ("preemptible", "pre", spec.preemptible),
-    ):
-        if count == 0:
-            continue
-        lines.append(
-            f"NodeName={prefix}[1-{count}] NodeHostname=localhost NodeAddr=127.0.0.1 "
-            f"Port={port}-{port + count - 1} CPUs={spec.cpus} RealMemory={spec.memory_mb} "
-            f"Features={feature} State=UNKNOWN"
-        )
-        port += count
-    lines.append("PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    if spec.hooks:
-        lines.extend(hooks.conf_lines(d / "etc"))
-    if spec.accounting:
-        lines.extend(accounting.conf_lines(spec))
-    lines.extend(spec.extra_conf)
-    return "\n".join(lines) + "\n"
 
 
 def check_packages() -> None:
     """Raise MissingDependencyError naming the Debian packages to install."""
-    missing = sorted({pkg for binary, pkg in REQUIRED.items() if not _which(binary)})
+    missing = sorted({pkg for binary, pkg in REQUIRED.items() if not procs.which(binary)})
     if missing:
         raise MissingDependencyError(
             f"Slurm packages missing: {' '.join(missing)}; install them with "
@@ -184,46 +79,27 @@ def check_packages() -> None:
         )
 
 
-def _which(binary: str) -> str | None:
-    return shutil.which(binary, path=os.environ.get("PATH", "") + ":" + SYSTEM_PATH)
+def _which(binary: str) -> str:
+    found = procs.which(binary)
+    if found is None:
+        check_packages()
+        raise MissingDependencyError(f"{binary} is not installed")
+    return found
 
 
-# ---------------------------------------------------------------------------------------- state file
-
-
-def load_state(directory: Path) -> ClusterState | None:
-    path = directory / STATE_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ClusterError(f"{path} is unreadable ({exc}); remove the folder and start again") from None
-    return ClusterState(
-        spec=ClusterSpec.from_json(data["spec"]),
-        processes=[Started.from_json(p) for p in data.get("processes", [])],
-        started_at=data.get("started_at", 0.0),
-        ready_seconds=data.get("ready_seconds", 0.0),
-    )
-
-
-def save_state(state: ClusterState) -> None:
-    path = state.spec.directory / STATE_FILE
-    tmp = path.with_suffix(".tmp")
-    payload = {
-        "spec": state.spec.to_json(),
-        "processes": [p.to_json() for p in state.processes],
-        "started_at": state.started_at,
-        "ready_seconds": state.ready_seconds,
+def _daemon_env(spec: ClusterSpec) -> dict[str, str]:
+    """What every daemon starts with; the folder tag lets ``down`` find daemons cluster.json lost."""
+    return {
+        "PATH": procs.SYSTEM_PATH,
+        "SLURM_CONF": str(spec.conf_path),
+        "SP_TESTCLUSTER_DIR": str(spec.directory),
     }
-    tmp.write_text(json.dumps(payload, indent=1))
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------- up / down
 
 
-def up(spec: ClusterSpec, timeout: float = 90.0, progress: Progress = lambda _: None) -> ClusterState:
+def up(spec: ClusterSpec, timeout: float = 90.0) -> ClusterState:
     """Start the cluster (or find it already running) and wait until every node is idle."""
     spec.validate()
     check_packages()
@@ -237,14 +113,14 @@ def up(spec: ClusterSpec, timeout: float = 90.0, progress: Progress = lambda _: 
                     f"a cluster of another shape already runs in {spec.directory}: "
                     "run `slurm-preempt testcluster down` first"
                 )
-            progress(f"already up in {spec.directory}")
+            log.info("already up in %s", spec.directory)
             return existing
         if existing.alive():
-            progress("found a half-running cluster from an earlier run: stopping it")
+            log.warning("found a half-running cluster from an earlier run: stopping it")
             _stop_all(existing)
     elif spec.directory.is_dir() and any(spec.directory.iterdir()):
         raise ClusterError(f"{spec.directory} is not empty and holds no test cluster: choose another --dir")
-    return _start(spec, timeout, progress)
+    return _start(spec, timeout)
 
 
 def _prepare_dirs(spec: ClusterSpec) -> None:
@@ -262,15 +138,11 @@ def _prepare_dirs(spec: ClusterSpec) -> None:
     os.chmod(d / "munge", 0o755)  # munged refuses a socket folder that others can write
     key = d / "munge" / "munge.key"
     if not key.exists():
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        with os.fdopen(fd, "wb") as out:
-            out.write(os.urandom(1024))
+        write_atomic(key, os.urandom(1024), 0o400)
 
 
 def _check_ports(spec: ClusterSpec) -> None:
     """Fail early, in one line, when another cluster (or anything else) holds our ports."""
-    import socket
-
     for port in range(spec.port, spec.port + len(spec.node_names) + 1):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -283,19 +155,19 @@ def _check_ports(spec: ClusterSpec) -> None:
                 ) from None
 
 
-def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterState:
+def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
     began = time.monotonic()
     _check_ports(spec)
     _prepare_dirs(spec)
     d = spec.directory
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
-    spec.conf_path.write_text(render_conf(spec, first_job_id))
+    write_atomic(spec.conf_path, render_conf(spec, first_job_id))
     if spec.hooks:  # the same code path as `slurm-preempt hooks install`
         hooks.install(d / "etc", spec.state_dir)
     state = ClusterState(spec=spec, started_at=time.time())
-    env = {"PATH": SYSTEM_PATH, "SLURM_CONF": str(spec.conf_path), "SP_TESTCLUSTER_DIR": str(d)}
+    env = _daemon_env(spec)
     try:
-        progress("starting munged")
+        log.info("starting munged")
         sock = spec.munge_socket
         state.processes.append(
             procs.start(
@@ -317,16 +189,16 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
         save_state(state)
         _await(lambda: sock.exists(), 10, "munged did not create its socket", state)
         if spec.accounting:  # slurmctld registers with slurmdbd when it starts
-            state.processes += accounting.start(spec, env, progress)
+            state.processes += accounting.start(spec, env)
             save_state(state)
-        progress("starting slurmctld")
+        log.info("starting slurmctld")
         state.processes.append(
             procs.start("slurmctld", [_which("slurmctld"), "-D"], env, d / "log" / "slurmctld.out")
         )
         save_state(state)
         slurm = Slurm(env={**os.environ, **state.env()}, timeout=10)
         _await(slurm.ping, 30, "slurmctld did not answer", state)
-        progress(f"starting {len(spec.node_names)} slurmd: {', '.join(spec.node_names)}")
+        log.info("starting %d slurmd: %s", len(spec.node_names), ", ".join(spec.node_names))
         for name in spec.node_names:
             state.processes.append(_start_slurmd(state, name, env))
         save_state(state)
@@ -336,7 +208,7 @@ def _start(spec: ClusterSpec, timeout: float, progress: Progress) -> ClusterStat
         raise
     state.ready_seconds = round(time.monotonic() - began, 2)
     save_state(state)
-    progress(f"{len(spec.node_names)} nodes idle after {state.ready_seconds:.1f} s")
+    log.info("%d nodes idle after %.1f s", len(spec.node_names), state.ready_seconds)
     return state
 
 
@@ -350,7 +222,7 @@ def _start_slurmd(state: ClusterState, name: str, env: dict[str, str]) -> Starte
     )
 
 
-def _await(predicate, timeout: float, what: str, state: ClusterState) -> None:
+def _await(predicate: Callable[[], Any], timeout: float, what: str, state: ClusterState) -> None:
     if procs.wait_until(predicate, timeout, 0.2):
         return
     dead = [p.role for p in state.processes if not p.alive]
@@ -361,27 +233,28 @@ def _await(predicate, timeout: float, what: str, state: ClusterState) -> None:
 def _all_idle(slurm: Slurm, spec: ClusterSpec) -> bool:
     try:
         nodes = slurm.nodes()
-    except Exception:
+    except SlurmError:
+        log.debug("sinfo failed while waiting for the nodes", exc_info=True)
         return False
     idle = {n.name for n in nodes if n.state == "IDLE" and n.available}
     return idle >= set(spec.node_names)
 
 
-def down(directory: Path = DEFAULT_DIR, progress: Progress = lambda _: None) -> int:
+def down(directory: Path = DEFAULT_DIR) -> int:
     """Stop what ``up`` started in ``directory`` and every job process left on its nodes.
 
     Returns how many processes were stopped (0 when nothing ran).
     """
     state = load_state(directory)
     if state is None:
-        progress(f"no test cluster in {directory}")
+        log.info("no test cluster in %s", directory)
         return 0
     if state.alive():
         _cancel_jobs(state)
     count = _stop_all(state)
     state.processes = []
     save_state(state)
-    progress(f"stopped {count} processes")
+    log.info("stopped %d processes", count)
     return count
 
 
@@ -392,8 +265,8 @@ def _cancel_jobs(state: ClusterState) -> None:
         if ids:
             slurm.run(["scancel", *ids])
             procs.wait_until(lambda: not slurm.jobs(states="running,completing"), 10, 0.3)
-    except Exception:  # a dead controller must not stop us from stopping the rest
-        pass
+    except SlurmError:  # a dead controller must not stop us from stopping the rest
+        log.debug("cannot cancel the jobs left on the cluster", exc_info=True)
 
 
 def _stop_all(state: ClusterState) -> int:
@@ -430,19 +303,12 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
     slurmd = [
         p
         for p in procs.with_env("SP_TESTCLUSTER_NODE", name)
-        if _env_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
+        if procs.environ_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
     ]
     steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
     killed = procs.kill_now(slurmd) + procs.kill_now(steps)
     Slurm(env={**os.environ, **state.env()}).set_down([name], reason)
     return killed
-
-
-def _env_of(proc) -> dict:
-    try:
-        return proc.environ()
-    except Exception:  # gone or not ours to read
-        return {}
 
 
 def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
@@ -453,15 +319,10 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
     if name not in state.spec.node_names:
         raise UsageError(f"no node {name} in this cluster")
     role = f"slurmd:{name}"
-    env = {
-        "PATH": SYSTEM_PATH,
-        "SLURM_CONF": str(state.spec.conf_path),
-        "SP_TESTCLUSTER_DIR": str(state.spec.directory),
-    }
     current = next((p for p in state.processes if p.role == role), None)
     if current is None or not current.alive:
         state.processes = [p for p in state.processes if p.role != role]
-        state.processes.append(_start_slurmd(state, name, env))
+        state.processes.append(_start_slurmd(state, name, _daemon_env(state.spec)))
         save_state(state)
     slurm = Slurm(env={**os.environ, **state.env()})
 
@@ -471,15 +332,11 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
             return True
         try:  # with ReturnToService=2 a registering node may come back by itself; else resume it
             slurm.resume([name])
-        except Exception:
-            pass
+        except SlurmError:
+            log.debug("scontrol resume %s failed; trying again", name, exc_info=True)
         return False
 
     _await(back, timeout, f"node {name} did not come back", state)
-
-
-def env_lines(state: ClusterState) -> list[str]:
-    return [f"export {key}={value}" for key, value in state.env().items()]
 
 
 def status(directory: Path) -> dict:
@@ -488,7 +345,7 @@ def status(directory: Path) -> dict:
     if state is None:
         return {"directory": str(directory), "running": False, "processes": [], "nodes": []}
     processes = [{"role": p.role, "pid": p.pid, "alive": p.alive} for p in state.processes]
-    nodes: Sequence = []
+    nodes: list[dict] = []
     running = bool(state.processes) and all(p["alive"] for p in processes)
     if any(p["role"] == "slurmctld" and p["alive"] for p in processes):
         try:
@@ -503,8 +360,8 @@ def status(directory: Path) -> dict:
                 }
                 for n in found
             ]
-        except Exception:
-            nodes = []
+        except SlurmError:
+            log.debug("sinfo failed", exc_info=True)
     return {
         "directory": str(directory),
         "running": running,

@@ -16,9 +16,8 @@ from slurm_preempt.errors import UsageError
 from slurm_preempt.optin import normalize_signal
 
 BUILTIN_TEMPLATES = ("plain", "torchrun", "array")
+NOTICE_SIGNALS = ("USR1", "USR2")  # the watcher's signal: one the batch shell traps, never one that stops
 FORWARD_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP")
-DEFAULT_RDZV_PORT = 29500
-DEFAULT_GRACE = 300
 MAX_VALUE_LENGTH = 4096
 
 # sbatch 22.05/24.11 long options (sbatch --help). The pass-through accepts these, minus OWNED.
@@ -141,6 +140,8 @@ def parse_time(text: str) -> int | None:
     if not match:
         raise UsageError(f"--time {text!r} is not a Slurm time: {hint}")
     days, first, second, third = match.groups()
+    parts: list[tuple[str, str | None, int | None]]  # (unit name, digits, exclusive upper limit)
+    unit: tuple[int, ...]
     if days is not None:  # D-HH[:MM[:SS]]
         parts = [("hours", first, 24), ("minutes", second, 60), ("seconds", third, 60)]
         total = int(days) * 86400
@@ -206,7 +207,7 @@ def parse_passthrough(text: str) -> tuple[str, str | None]:
 
 def parse_env(text: str) -> tuple[str, str]:
     name, sep, value = str(text).partition("=")
-    if not sep or not _ENV_NAME.match(name):
+    if not sep or not _ENV_NAME.fullmatch(name):  # fullmatch: `$` alone matches before a final newline
         raise UsageError(f"--env {text!r}: give NAME=VALUE with NAME made of letters, digits and _")
     if name.startswith("SLURM_PREEMPT_"):
         raise UsageError(f"--env {name}: SLURM_PREEMPT_* variables are set by the script itself")
@@ -215,7 +216,7 @@ def parse_env(text: str) -> tuple[str, str]:
 
 def check_pattern(option: str, value: Any, pattern: re.Pattern, example: str) -> str:
     text = check_line(option, value).strip()
-    if not pattern.match(text):
+    if not pattern.fullmatch(text):
         raise UsageError(f"{option} {text!r} is not valid, e.g. {example}")
     return text
 

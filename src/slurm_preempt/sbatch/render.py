@@ -39,6 +39,7 @@ from slurm_preempt.config import DEFAULT_STATE_DIR, Config
 from slurm_preempt.config import load as load_config
 from slurm_preempt.errors import UsageError
 from slurm_preempt.resources import data_dir
+from slurm_preempt.sbatch.auto_interval import with_learned_figures
 from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, sbatch_quote
 from slurm_preempt.sbatch.spec import JobSpec, build_spec, merge_settings
 from slurm_preempt.slurm.commands import Slurm
@@ -55,10 +56,14 @@ class Generated:
     template_path: Path
 
 
-def generate(cli: dict[str, Any], command: list[str], config: Config | None = None) -> Generated:
-    """Check the options (config ``[sbatch]`` then ``cli``) and render the script."""
+def generate(
+    cli: dict[str, Any], command: list[str], config: Config | None = None, slurm: Slurm | None = None
+) -> Generated:
+    """Check the options (config ``[sbatch]`` then ``cli``) and render the script. ``slurm`` answers
+    ``sacct`` for ``learn_from`` (see ``auto_interval``)."""
     config = config if config is not None else load_config()
-    settings = merge_settings(config.section("sbatch"), cli)
+    section = config.section("sbatch")
+    settings = merge_settings(section, with_learned_figures(cli, section, config.state_dir(), slurm))
     spec = build_spec(settings, list(command))
     if not settings.get("torchrun"):
         spec.torchrun = torchrun_executable()
@@ -125,7 +130,7 @@ def sbatch_lines(spec: JobSpec) -> list[str]:
     for name, value in spec.sbatch_options():
         if value is None:
             lines.append(f"#SBATCH --{name}")
-        elif _BARE.match(value):
+        elif _BARE.fullmatch(value):  # `$` alone matches before a final newline
             lines.append(f"#SBATCH --{name}={value}")
         else:
             lines.append(f"#SBATCH --{name}={sbatch_quote(value)}")
@@ -161,8 +166,13 @@ def write_script(script: str, path: Path) -> Path:
 
 
 def keep_script(script: str, job_name: str) -> Path:
-    """A file for a script submitted without --write, kept so the job can be read back later."""
-    fd, name = tempfile.mkstemp(prefix=f"slurm-preempt-{job_name}-", suffix=".sh")
+    """A file for a script submitted without --write, kept so the job can be read back later.
+
+    Created (O_EXCL, mode 0600 until written) directly in the temporary folder, under a name made only
+    of the job name's safe characters: a ``/`` in a job name once put it under ``/tmp/<first part>/``,
+    a folder any other user could create first and swap files in."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job_name)[:40]
+    fd, name = tempfile.mkstemp(prefix=f"slurm-preempt-{safe}-", suffix=".sh")
     with os.fdopen(fd, "w") as handle:
         handle.write(script)
     os.chmod(name, 0o755)
@@ -202,7 +212,9 @@ def explain(spec: JobSpec) -> str:
             "(--notice-signal none): the command must watch that file. "
         )
         + "When the command exits after a notice, the script requeues the job (scontrol requeue) and "
-        "exits 0, so the attempt is recorded as requeued, not completed.",
+        "exits 0, so the attempt is recorded as requeued, not completed; unless the command exited 0 "
+        "and created $SLURM_PREEMPT_DONE_FILE (as Run.close() of the resume library does) to say its "
+        "work was done before the notice reached it.",
         "At removal (the node vanishes before the command is done): the job ends NODE_FAIL and Slurm "
         "requeues it because of --requeue; work since the last checkpoint is lost. "
         + (

@@ -1,9 +1,10 @@
 """The checked description of one job script (``JobSpec``), built from config and command line.
 
 ``merge_settings`` lays the command line over the config's ``[sbatch]`` section; ``build_spec`` checks
-every value with ``sbatch_options`` and fills in the defaults that make a job survive preemption.
+every value with ``sbatch.options`` and fills in the defaults that make a job survive preemption.
 Settings come from the config's ``[sbatch]`` section (site, then user), then from the command line,
-which wins. List settings (``env``, ``setup``, ``sbatch``, ``resume_flag``) add up: config first.
+which wins. Repeatable settings (``env``, ``setup``, ``sbatch``, ``resume_flag``) add up: config first.
+Which keys exist, which repeat, and their defaults: ``sbatch.optiontable``, the one declaration.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import Any
 
 from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.optin import OptIn, merge_comment
+from slurm_preempt.sbatch.auto_interval import resolve_interval
 from slurm_preempt.sbatch.options import (
     ARRAY_RE,
     CONSTRAINT_RE,
-    DEFAULT_GRACE,
-    DEFAULT_RDZV_PORT,
     FORWARD_SIGNALS,
     GPUS_RE,
     GRES_RE,
     MEM_RE,
+    NOTICE_SIGNALS,
     PLAIN_WORD_RE,
     check_arg,
     check_line,
@@ -37,6 +38,7 @@ from slurm_preempt.sbatch.options import (
     parse_time,
     positive_int,
 )
+from slurm_preempt.sbatch.optiontable import CONFIG_KEYS, DEFAULTS, LIST_KEYS, SETTING_KEYS
 
 # ------------------------------------------------------------------------------------------ the spec
 
@@ -48,7 +50,7 @@ class JobSpec:
     template: str
     command: list[str]
     job_name: str
-    constraint: str | None = "preemptible"
+    constraint: str | None = DEFAULTS["constraint"]
     nodes: str | None = None
     ntasks_per_node: int | None = None
     cpus_per_task: int | None = None
@@ -60,7 +62,7 @@ class JobSpec:
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    output: str = "%x-%j.out"
+    output: str = DEFAULTS["output"]
     error: str | None = None
     mail_user: str | None = None
     mail_type: str | None = None
@@ -70,16 +72,16 @@ class JobSpec:
     setup: list[str] = field(default_factory=list)
     extra: list[tuple[str, str | None]] = field(default_factory=list)
     user_comment: str = ""
-    optin: OptIn = field(default_factory=lambda: OptIn(opted_in=True, signal="USR1"))
-    forward_signal: str | None = "TERM"
+    optin: OptIn = field(default_factory=lambda: OptIn(opted_in=True, signal=DEFAULTS["notice_signal"]))
+    forward_signal: str | None = DEFAULTS["forward_signal"]
     timelimit_notice: int | None = None
     checkpoint_dir: str = ""
     checkpoint_interval: str | None = None
     resume_flags: list[str] = field(default_factory=list)
     sidecar: bool = False
-    grace: int = DEFAULT_GRACE
+    grace: int = DEFAULTS["grace"]
     nproc_per_node: int = 1
-    rdzv_port: int = DEFAULT_RDZV_PORT
+    rdzv_port: int = DEFAULTS["rdzv_port"]
     torchrun: str = "torchrun"
 
     @property
@@ -136,19 +138,11 @@ class JobSpec:
         return opts + list(self.extra)
 
 
-CONFIG_KEYS = frozenset(
-    """template job_name constraint standard nodes ntasks_per_node cpus_per_task gpus_per_node gres mem
-    time partition account qos output error mail_user mail_type chdir array env setup sbatch comment
-    notice_signal forward_signal fallback_after fallback_pending fallback_to fast_restart
-    timelimit_notice checkpoint_root checkpoint_dir checkpoint_interval checkpoint_seconds mtbp resume_flag
-    sidecar grace
-    nproc_per_node rdzv_port torchrun""".split()  # noqa: SIM905
-)
-LIST_KEYS = ("env", "setup", "sbatch", "resume_flag")
-
-
 def merge_settings(config_section: Mapping[str, Any], cli: Mapping[str, Any]) -> dict[str, Any]:
     """Config ``[sbatch]`` values overridden by the options given on the command line."""
+    strays = sorted(set(cli) - SETTING_KEYS)
+    if strays:  # a caller's mistake, not a user's: every command-line option is in the table
+        raise ValueError(f"not settings of slurm-preempt sbatch: {', '.join(strays)}")
     unknown = sorted(set(config_section) - CONFIG_KEYS)
     if unknown:
         raise ConfigError(
@@ -265,9 +259,12 @@ def _setup_line(line: str) -> str:
 
 
 def _preemption(spec: JobSpec, s: dict) -> None:
-    notice = parse_signal("--notice-signal", s.get("notice_signal", "USR1"), ("USR1", "USR2"))
-    spec.forward_signal = parse_signal("--forward-signal", s.get("forward_signal", "TERM"), FORWARD_SIGNALS)
-    fallback_to = s.get("fallback_to") or "standard"
+    notice = parse_signal(
+        "--notice-signal", s.get("notice_signal", DEFAULTS["notice_signal"]), NOTICE_SIGNALS
+    )
+    forward = s.get("forward_signal", DEFAULTS["forward_signal"])
+    spec.forward_signal = parse_signal("--forward-signal", forward, FORWARD_SIGNALS)
+    fallback_to = s.get("fallback_to") or DEFAULTS["fallback_to"]
     check_pattern("--fallback-to", fallback_to, CONSTRAINT_RE, "standard")
     spec.optin = OptIn(
         opted_in=True,
@@ -275,7 +272,7 @@ def _preemption(spec: JobSpec, s: dict) -> None:
         fallback_after=_optional_int("--fallback-after", s.get("fallback_after")),
         fallback_pending=_optional_int("--fallback-pending", s.get("fallback_pending")),
         fallback_to=fallback_to,
-        fast_restart=bool(s.get("fast_restart", True)),
+        fast_restart=bool(s.get("fast_restart", DEFAULTS["fast_restart"])),
     )
     if s.get("comment"):
         spec.user_comment = check_line("--comment", s["comment"])
@@ -286,8 +283,8 @@ def _preemption(spec: JobSpec, s: dict) -> None:
             raise UsageError(
                 f"--timelimit-notice {spec.timelimit_notice} s is not shorter than --time {spec.time}"
             )
-    spec.sidecar = bool(s.get("sidecar", False))
-    spec.grace = positive_int("--grace", s.get("grace", DEFAULT_GRACE), 1)
+    spec.sidecar = bool(s.get("sidecar", DEFAULTS["sidecar"]))
+    spec.grace = positive_int("--grace", s.get("grace", DEFAULTS["grace"]), 1)
 
 
 def _optional_int(option: str, value: Any) -> int | None:
@@ -306,56 +303,12 @@ def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
     spec.resume_flags = [check_arg("--resume-flag", str(f)) for f in s.get("resume_flag", [])]
 
 
-def resolve_interval(text: str, s: Mapping[str, Any]) -> str:
-    """A number of seconds (or steps) as given, or ``auto``: the Young/Daly interval that
-    ``slurm_preempt.records.report.advise_interval`` computes from one checkpoint's duration and the mean
-    time between preemptions (both given, e.g. read off ``slurm-preempt report``)."""
-    if text.strip().lower() != "auto":
-        value = text.strip()
-        if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) or float(value) <= 0:
-            raise UsageError(f"--checkpoint-interval {text!r}: give a positive number or auto")
-        return value
-    advise = _advise_interval()
-    if advise is None:
-        raise UsageError(
-            "--checkpoint-interval auto needs slurm_preempt.records.report, missing here; give a number"
-        )
-    checkpoint, mtbp = s.get("checkpoint_seconds"), s.get("mtbp")
-    if checkpoint is None or mtbp is None:
-        raise UsageError(
-            "--checkpoint-interval auto needs --checkpoint-seconds (one checkpoint's duration) and "
-            "--mtbp (mean seconds between preemptions, see `slurm-preempt report`); or give a number"
-        )
-    advice = advise(_seconds("--checkpoint-seconds", checkpoint), _seconds("--mtbp", mtbp))
-    if not advice:
-        raise UsageError("--checkpoint-interval auto: no advice for these figures; give a number")
-    return str(max(1, int(round(float(advice["advised_seconds"])))))
-
-
-def _seconds(option: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{option} {value!r} is not a number of seconds") from None
-    if number <= 0:
-        raise UsageError(f"{option} {value}: must be more than 0 seconds")
-    return number
-
-
-def _advise_interval():
-    try:
-        from slurm_preempt.records import report
-    except ImportError:
-        return None
-    return getattr(report, "advise_interval", None)
-
-
 def _torchrun(spec: JobSpec, s: dict) -> None:
     default_nproc = 1
     if spec.gpus_per_node and spec.gpus_per_node.split(":")[-1].isdigit():
         default_nproc = int(spec.gpus_per_node.split(":")[-1])
     spec.nproc_per_node = positive_int("--nproc-per-node", s.get("nproc_per_node") or default_nproc, 1)
-    spec.rdzv_port = positive_int("--rdzv-port", s.get("rdzv_port") or DEFAULT_RDZV_PORT, 1024, 65535)
+    spec.rdzv_port = positive_int("--rdzv-port", s.get("rdzv_port") or DEFAULTS["rdzv_port"], 1024, 65535)
     if s.get("torchrun"):
         spec.torchrun = check_arg("--torchrun", str(s["torchrun"]))
 

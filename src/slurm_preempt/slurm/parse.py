@@ -1,34 +1,60 @@
 """Typed records of Slurm nodes, jobs and accounting rows, and the pure parsers that build them.
 
-Nothing here runs a command: ``commands.py`` runs them and hands the text to these functions, which the
-tests feed with output captured from real Slurm 22.05 and 24.11 (tests/data/).
+Nothing here runs a command: ``commands.py`` runs them and hands the bytes to these functions, which the
+tests feed with output captured from real Slurm 22.05 (tests/data/) and with hostile bytes (hypothesis).
 
 Why text and not ``--json``: ``sinfo/squeue/sacct --json`` exist in 22.05 but their shapes changed in
 23.02 and again in 24.05 (plain numbers became ``{"set":..,"number":..}``, state strings became lists),
-while the ``-O field:suffix`` text output has kept its field names. We ask for explicit fields joined
-by an ASCII unit separator and put the one free-text field last, so a ``|`` or a space in a drain
-reason or a job comment cannot shift the columns.
+and ``squeue --json`` prints every field of every job (bench/bench_squeue_format.py measures it), while
+the ``-O field:size`` text output has kept its field names.
+
+Everything a user can write is data, never structure. Slurm prints a job's name and comment raw, with
+any bytes (newlines, the separator, invalid UTF-8), so a record break cannot be found by looking for
+one. The records are therefore framed by what Slurm itself controls: the fields Slurm writes (ids,
+states, node lists, numbers, times) each end in an ASCII unit separator, and the fields a user or an
+admin writes (names, comments, constraints, reasons) are asked for at a fixed width, which squeue and
+sinfo print as exactly that many bytes (cut or padded with spaces; checked on 22.05 with newlines,
+separators and invalid UTF-8 inside). A record is therefore read as N separator-ended fields, then
+fixed-size fields, then one newline, and nothing inside the fixed-size fields is ever looked at as
+structure. Text is decoded after framing, with replacement. A record whose Slurm fields do not have
+their shape (a job id that is not a number, a node name with a bracket) is refused with one log line
+and the others are kept; output that does not frame at all raises SlurmError (the poll is retried)
+rather than guess where a record starts.
+
+Times are asked for as epoch seconds (``SLURM_TIME_FORMAT=%s``, set by ``commands.Slurm``), so the
+watcher host's time zone never moves a deadline. ISO text (older captures, ``sacct`` fallbacks) is read
+in ``local_tz``, UTC unless told otherwise.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 
-from slurm_preempt.errors import UsageError
+from slurm_preempt import ids
+from slurm_preempt.errors import SlurmError, UsageError
 
-SEP = "\x1f"  # ASCII unit separator: never in node names, states, user names or times
+log = logging.getLogger(__name__)
 
-# The fields asked of `sinfo -N -O` and `squeue -O`, in order. The free-text field comes last.
-NODE_FIELDS = ("NodeList", "StateComplete", "Features", "TimeStamp", "UserLong", "Reason")
+SEP = "\x1f"  # ASCII unit separator: never in node names, states, user names, numbers or times
+_SEP = SEP.encode()
+TIME_FORMAT_ENV = {"SLURM_TIME_FORMAT": "%s"}  # every Slurm client prints times as epoch seconds
+
+# `sinfo -N -O`: the fields Slurm writes, each ending in SEP, then the admin's (or provider's) reason.
+NODE_FIELDS = ("NodeList", "StateComplete", "Features", "TimeStamp", "UserLong")
+NODE_TEXT_FIELDS = (("Reason", 256),)
+# `squeue -O`: the fields Slurm writes, then those a user or admin writes, each at a fixed width. The
+# opt-in tokens are at the start of a comment (optin.merge_comment puts them there): 512 bytes hold
+# them and a sentence of the user's own (bench/bench_squeue_format.py measures the cost).
 JOB_FIELDS = (
     "JobID",
     "ArrayJobID",
     "ArrayTaskID",
     "State",
-    "Reason",
     "NodeList",
     "RestartCnt",
     "UserName",
@@ -37,11 +63,9 @@ JOB_FIELDS = (
     "StartTime",
     "SubmitTime",
     "EligibleTime",
-    "Feature",
-    "Name",
-    "Comment",
 )
-# `sacct -P` already uses "|" and quotes nothing; NodeList and State never hold "|".
+JOB_TEXT_FIELDS = (("Reason", 48), ("Feature", 128), ("Name", 64), ("Comment", 512))
+# `sacct -P` uses "|" and quotes nothing: no field asked for here is free text (no job name, no comment).
 ACCT_FIELDS = (
     "JobIDRaw",
     "JobID",
@@ -60,51 +84,107 @@ ACCT_FIELDS = (
 
 _EMPTY = {"", "(null)", "none", "None", "N/A", "Unknown", "n/a", "None assigned"}
 _BUSY_STATES = {"ALLOCATED", "MIXED", "COMPLETING"}
+_STATE_SUFFIXES = "*~#%$@^-!"
 
 
-def format_arg(fields: tuple[str, ...]) -> str:
-    """The ``-O`` argument: every field printed whole and followed by the separator."""
-    return ",".join(f"{name}:{SEP}" for name in fields)
+def format_arg(fields: Sequence[str], text_fields: Sequence[tuple[str, int]] = ()) -> str:
+    """The ``-O`` argument: Slurm's fields whole, each followed by SEP; then the text fields at their
+    fixed widths (``Comment:1024``: exactly 1024 bytes, cut or padded)."""
+    return ",".join([f"{name}:{SEP}" for name in fields] + [f"{name}:{width}" for name, width in text_fields])
+
+
+def frame(output: bytes | str, fields: int, widths: Sequence[int]) -> Iterator[list[bytes]]:
+    """Split output asked for with ``format_arg`` into records, each a list of raw fields.
+
+    The only bytes looked at as structure are those Slurm writes: a SEP ends each of the first
+    ``fields`` fields (which may hold no newline), the next ``widths`` fields are taken by count, then
+    a newline must follow. SlurmError when the output does not have that shape.
+    """
+    data = output.encode("utf-8", "surrogateescape") if isinstance(output, str) else output
+    pos, count = 0, 0
+    while pos < len(data):
+        record = []
+        for _ in range(fields):
+            end = data.find(_SEP, pos)
+            if end < 0 or b"\n" in data[pos:end]:
+                raise _unframed(pos, count)
+            record.append(data[pos:end])
+            pos = end + 1
+        for width in widths:
+            if pos + width > len(data):
+                raise _unframed(pos, count)
+            record.append(data[pos : pos + width])
+            pos += width
+        if data[pos : pos + 1] != b"\n":
+            raise _unframed(pos, count)
+        pos += 1
+        count += 1
+        yield record
+
+
+def _unframed(pos: int, count: int) -> SlurmError:
+    why = f"Slurm's output does not have the fields asked for at byte {pos} (after {count} records)"
+    return SlurmError(["parse"], None, why)
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 # ---------------------------------------------------------------------------------------- hostlists
 
 
+MAX_NODES = 100_000  # more names than any cluster has: a node list past it is not Slurm's
+
+
 def expand_nodes(expression: str) -> list[str]:
-    """``pre[1-3],std1`` -> ``['pre1', 'pre2', 'pre3', 'std1']`` (Slurm's order kept, no duplicates)."""
+    """``pre[1-3],std1`` -> ``['pre1', 'pre2', 'pre3', 'std1']`` (Slurm's order kept, no duplicates).
+
+    Never resolves ``@group`` names (ClusterShell would ask its configured group sources, which may run
+    commands), and refuses a list of more than MAX_NODES names before expanding it."""
     text = expression.strip()
     if text in _EMPTY:
         return []
     try:
-        names = list(NodeSet(text))
-    except NodeSetParseError as exc:
-        raise UsageError(f"not a Slurm node list: {expression!r} ({exc})") from None
-    return names
+        nodeset = NodeSet(text, resolver=RESOLVER_NOGROUP)
+        if len(nodeset) > MAX_NODES:
+            raise UsageError(f"not a Slurm node list: {ids.shorten(expression)} names {len(nodeset)} nodes")
+        return list(nodeset)
+    except UsageError:
+        raise
+    except (NodeSetParseError, AssertionError, ValueError, TypeError, OverflowError) as exc:
+        # ClusterShell answers a huge range with an AssertionError, not a parse error.
+        raise UsageError(f"not a Slurm node list: {ids.shorten(expression)} ({exc})") from None
 
 
 def compress_nodes(names) -> str:
-    """``['pre1', 'pre2', 'std1']`` -> ``pre[1-2],std1``."""
-    return str(NodeSet.fromlist(list(names))) if names else ""
+    """``['pre1', 'pre2', 'std1']`` -> ``pre[1-2],std1``. Every name must be a node name (``ids``): a
+    name with a bracket or a comma would be a host list of other nodes, one starting with ``-`` an
+    option. ValueError otherwise."""
+    names = [ids.node_name(n) for n in names]
+    return str(NodeSet.fromlist(names)) if names else ""
 
 
 # ---------------------------------------------------------------------------------------- times
 
+_EPOCH_MAX = 2**33  # year 2242: past that a number is not a Slurm time
+
 
 def parse_time(text: str, local_tz: timezone | None = None) -> datetime | None:
-    """A Slurm timestamp (``2026-12-01T06:06:41``, in the controller's local time) as aware UTC.
-
-    Slurm prints local time without an offset; ``local_tz`` says which (default: this host's).
-    ``Unknown``, ``N/A``, ``None`` and empty give None.
-    """
+    """A Slurm time as aware UTC: epoch seconds (``SLURM_TIME_FORMAT=%s``, what ``commands`` asks for)
+    or ``2026-12-01T06:06:41`` in ``local_tz`` (UTC when None: never this host's zone).
+    ``Unknown``, ``N/A``, ``None``, empty and anything else give None."""
     text = text.strip()
     if text in _EMPTY:
         return None
+    if text.isascii() and text.isdigit():
+        seconds = int(text[:12])
+        return datetime.fromtimestamp(seconds, timezone.utc) if 0 < seconds < _EPOCH_MAX else None
     try:
         naive = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
     except ValueError:
         return None
-    aware = naive.replace(tzinfo=local_tz) if local_tz else naive.astimezone()
-    return aware.astimezone(timezone.utc)
+    return naive.replace(tzinfo=local_tz or timezone.utc).astimezone(timezone.utc)
 
 
 def _text(value: str) -> str:
@@ -113,10 +193,10 @@ def _text(value: str) -> str:
 
 
 def _int(value: str, default: int = 0) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
+    value = value.strip()
+    if not (value.isascii() and value.isdigit()) or len(value) > 12:
         return default
+    return int(value)
 
 
 # ---------------------------------------------------------------------------------------- nodes
@@ -157,7 +237,8 @@ class Node:
 
 
 def parse_state(text: str) -> tuple[str, frozenset[str]]:
-    """``allocated+drain`` -> (``ALLOCATED``, {``DRAIN``}); ``down*`` -> (``DOWN``, {``NOT_RESPONDING``})."""
+    """``allocated+drain`` -> (``ALLOCATED``, {``DRAIN``}); ``down*`` -> (``DOWN``, {``NOT_RESPONDING``}).
+    ValueError for anything that is not Slurm's words."""
     parts = [p for p in text.strip().upper().split("+") if p]
     if not parts:
         return "UNKNOWN", frozenset()
@@ -166,23 +247,26 @@ def parse_state(text: str) -> tuple[str, frozenset[str]]:
     # Short forms carry a suffix: * not responding, ~ powered off, # powering up, % powering down.
     if base.endswith("*"):
         flags.add("NOT_RESPONDING")
-    base = base.rstrip("*~#%$@^-!")
-    flags.update(p.rstrip("*~#%$@^-!") for p in parts[1:])
+    base = base.rstrip(_STATE_SUFFIXES)
+    flags.update(p.rstrip(_STATE_SUFFIXES) for p in parts[1:])
+    if not all(word.isascii() and word.replace("_", "").isalpha() for word in (base, *flags)):
+        raise ValueError(f"not a Slurm state: {ids.shorten(text)}")
     return base, frozenset(flags)
 
 
-def parse_nodes(output: str, local_tz: timezone | None = None) -> list[Node]:
-    """Parse ``sinfo -h -N -O <NODE_FIELDS>`` output. A node in several partitions is listed once."""
+def parse_nodes(output: bytes | str, local_tz: timezone | None = None) -> list[Node]:
+    """Parse ``sinfo -h -N -O <format_arg(NODE_FIELDS, NODE_TEXT_FIELDS)>`` output. A node in several
+    partitions is listed once; a record that is not a node is refused (one log line each)."""
     nodes: dict[str, Node] = {}
-    for line in output.splitlines():
-        if not line.strip():
+    widths = [w for _, w in NODE_TEXT_FIELDS]
+    for raw in frame(output, len(NODE_FIELDS), widths):
+        name, state_text, features, stamp, user, reason = map(_decode, raw)
+        try:
+            ids.node_name(name)
+            state, flags = parse_state(state_text)
+        except ValueError as exc:
+            log.warning("sinfo record refused: %s", exc)
             continue
-        cols = line.split(SEP, len(NODE_FIELDS) - 1)
-        if len(cols) < len(NODE_FIELDS):
-            continue
-        name, state_text, features, stamp, user, reason = (c.strip() for c in cols)
-        state, flags = parse_state(state_text)
-        reason = reason.rstrip(SEP).strip()
         nodes.setdefault(
             name,
             Node(
@@ -224,7 +308,8 @@ class Job:
 
     @property
     def display_id(self) -> str:
-        """``123_4`` for an array task, else the job id."""
+        """``123_4`` for an array task, else the job id. A pending array's record not yet split into
+        tasks gives ``123_2-5%1``, which names no single job (``ids.is_job_name`` is False)."""
         if self.array_task_id:
             return f"{self.array_job_id}_{self.array_task_id}"
         return self.job_id
@@ -238,41 +323,53 @@ class Job:
         return self.state == "RUNNING"
 
 
-def parse_jobs(output: str, local_tz: timezone | None = None) -> list[Job]:
-    """Parse ``squeue -h -O <JOB_FIELDS>`` output."""
+def parse_jobs(output: bytes | str, local_tz: timezone | None = None) -> list[Job]:
+    """Parse ``squeue -h -O <format_arg(JOB_FIELDS, JOB_TEXT_FIELDS)>`` output; a record whose ids,
+    state or nodes are not Slurm's is refused (one log line each), the others are kept."""
     jobs = []
-    for line in output.splitlines():
-        if not line.strip():
-            continue
-        cols = line.split(SEP, len(JOB_FIELDS) - 1)
-        if len(cols) < len(JOB_FIELDS):
-            continue
-        (jid, ajid, atid, state, reason, nodelist, restarts, user, part, nnodes) = (
-            c.strip() for c in cols[:10]
-        )
-        start, submit, eligible, feature, name, comment = cols[10:]
-        is_array = _text(atid) != ""
-        jobs.append(
-            Job(
-                job_id=jid,
-                state=state.upper(),
-                reason=_text(reason),
-                nodes=tuple(expand_nodes(nodelist)) if _text(nodelist) else (),
-                restart_count=_int(restarts),
-                user=user,
-                name=name.strip(),
-                partition=part,
-                num_nodes=_int(nnodes),
-                start_time=parse_time(start, local_tz),
-                submit_time=parse_time(submit, local_tz),
-                eligible_time=parse_time(eligible, local_tz),
-                features=_text(feature),
-                comment=_text(comment.rstrip(SEP)),
-                array_job_id=ajid if is_array else "",
-                array_task_id=_text(atid) if is_array else "",
-            )
-        )
+    widths = [w for _, w in JOB_TEXT_FIELDS]
+    for raw in frame(output, len(JOB_FIELDS), widths):
+        cols = [_decode(c) for c in raw]
+        try:
+            jobs.append(_job(cols, local_tz))
+        except (ValueError, UsageError) as exc:
+            log.warning("squeue record refused: %s", exc)
     return jobs
+
+
+def _job(cols: list[str], local_tz: timezone | None) -> Job:
+    (jid, ajid, atid, state, nodelist, restarts, user, part, nnodes, start, submit, eligible) = (
+        c.strip() for c in cols[: len(JOB_FIELDS)]
+    )
+    reason, feature, name, comment = cols[len(JOB_FIELDS) :]
+    if not ids.is_job_id(jid):
+        raise ValueError(f"job id {ids.shorten(jid)}")
+    is_array = _text(atid) != ""
+    if is_array and not ids.is_job_id(ajid):
+        raise ValueError(f"array job id {ids.shorten(ajid)} of job {jid}")
+    if not (state.isascii() and state.replace("_", "").isalpha()):
+        raise ValueError(f"state {ids.shorten(state)} of job {jid}")
+    nodes = tuple(expand_nodes(nodelist)) if _text(nodelist) else ()
+    for node in nodes:
+        ids.node_name(node)
+    return Job(
+        job_id=jid,
+        state=state.upper(),
+        reason=_text(reason),
+        nodes=nodes,
+        restart_count=_int(restarts),
+        user=user,
+        name=name.rstrip(" "),
+        partition=part,
+        num_nodes=_int(nnodes),
+        start_time=parse_time(start, local_tz),
+        submit_time=parse_time(submit, local_tz),
+        eligible_time=parse_time(eligible, local_tz),
+        features=_text(feature),
+        comment=_text(comment.rstrip(" ")),
+        array_job_id=ajid if is_array else "",
+        array_task_id=_text(atid) if is_array else "",
+    )
 
 
 # ---------------------------------------------------------------------------------------- accounting
@@ -305,37 +402,43 @@ class AcctRecord:
         return _int(self.alloc_tres.get("cpu", "0"))
 
 
-def parse_acct(output: str, local_tz: timezone | None = None) -> list[AcctRecord]:
-    """Parse ``sacct -n -P -X -D --format=<ACCT_FIELDS>`` output."""
+def parse_acct(output: bytes | str, local_tz: timezone | None = None) -> list[AcctRecord]:
+    """Parse ``sacct -n -P -X -D --format=<ACCT_FIELDS>`` output; rows that are not a job are skipped."""
+    text = _decode(output) if isinstance(output, bytes) else output
     rows = []
-    for line in output.splitlines():
+    for line in text.split("\n"):
         cols = line.split("|")
-        if len(cols) < len(ACCT_FIELDS):
+        if len(cols) < len(ACCT_FIELDS) or not ids.is_job_id(cols[0].strip()):
             continue
-        raw, jid, state, exit_code, submit, start, end, nnodes, nodelist, part, user, cons, tres = cols[
-            : len(ACCT_FIELDS)
-        ]
-        # "CANCELLED by 0" -> CANCELLED
-        state = state.split()[0].upper() if state.strip() else "UNKNOWN"
-        tres_map = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv)
-        rows.append(
-            AcctRecord(
-                job_id=raw.strip(),
-                display_id=jid.strip(),
-                state=state,
-                exit_code=exit_code.strip(),
-                submit=parse_time(submit, local_tz),
-                start=parse_time(start, local_tz),
-                end=parse_time(end, local_tz),
-                num_nodes=_int(nnodes),
-                nodes=tuple(expand_nodes(nodelist)) if _text(nodelist) else (),
-                partition=part.strip(),
-                user=user.strip(),
-                constraints=_text(cons),
-                alloc_tres=tres_map,
-            )
-        )
+        try:
+            rows.append(_acct_row(cols, local_tz))
+        except (ValueError, UsageError) as exc:
+            log.warning("sacct row refused: %s", exc)
     return rows
+
+
+def _acct_row(cols: list[str], local_tz: timezone | None) -> AcctRecord:
+    raw, jid, state, exit_code, submit, start, end, nnodes, nodelist, part, user, cons, tres = cols[
+        : len(ACCT_FIELDS)
+    ]
+    # "CANCELLED by 0" -> CANCELLED
+    state = state.split()[0].upper() if state.strip() else "UNKNOWN"
+    tres_map = dict(kv.split("=", 1) for kv in tres.split(",") if "=" in kv)
+    return AcctRecord(
+        job_id=raw.strip(),
+        display_id=jid.strip(),
+        state=state,
+        exit_code=exit_code.strip(),
+        submit=parse_time(submit, local_tz),
+        start=parse_time(start, local_tz),
+        end=parse_time(end, local_tz),
+        num_nodes=_int(nnodes),
+        nodes=tuple(expand_nodes(nodelist)) if _text(nodelist) else (),
+        partition=part.strip(),
+        user=user.strip(),
+        constraints=_text(cons),
+        alloc_tres=tres_map,
+    )
 
 
 def parse_version(output: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from slurm_preempt import ledger, optin
+from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import JobGoneError, SlurmError
 from slurm_preempt.notice import deadline, to_text, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
@@ -115,7 +115,8 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     """For one pending job: fall back to standard nodes when its policy says so, then skip Slurm's
     ~121 s BeginTime wait after a requeue."""
     wish = optin.parse(job.comment)
-    if not wish.opted_in or not job.pending:
+    # A pending array not yet split into tasks (A_2-5%1) names no single job: nothing to do to it.
+    if not wish.opted_in or not job.pending or not ids.is_job_name(job.display_id):
         return
     if fallback:
         _fallback(ctx, job, wish, now)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_preempt.watch.sentstate import write_atomic
+from slurm_preempt.durable import write_atomic
 
 log = logging.getLogger(__name__)
 

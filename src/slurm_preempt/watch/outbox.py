@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.sender import ASIDE, CLAIMED, DONE, INTENT, act, check, read_owned, send
-from slurm_preempt.watch.sentstate import write_atomic
 from slurm_preempt.watch.threads import side_by_side
 
 log = logging.getLogger(__name__)

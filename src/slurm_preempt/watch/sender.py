@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 import threading
@@ -24,13 +23,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from slurm_preempt import ids
+from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.optin import SIGNALS
-from slurm_preempt.watch.sentstate import write_atomic
 
 INTENT, CLAIMED, DONE, ASIDE = ".intent", ".claimed", ".done", ".corrupt"
 MAX_BYTES = 1 << 20
-_JOB_ID = re.compile(r"\d+(?:_\d+)?")
 
 
 def read_owned(path: Path) -> dict[str, Any]:
@@ -56,7 +55,7 @@ def check(data: Any) -> None:
     for item in items:
         if not all(isinstance(item.get(k), str) for k in ("node", "event_id", "job_id", "display_id")):
             raise ValueError("a batch item without job, node or event")
-        if not (_JOB_ID.fullmatch(item["job_id"]) and _JOB_ID.fullmatch(item["display_id"])):
+        if not (ids.is_job_id(item["job_id"]) and ids.is_job_name(item["display_id"])):
             raise ValueError("a batch item whose job is not a Slurm job id")
 
 

@@ -1,7 +1,7 @@
 """What the watcher has already done, kept on disk so a restarted (or standby) watcher neither repeats
 nor forgets.
 
-One small JSON file, replaced atomically after every change::
+One small JSON file, replaced atomically (``durable.write_atomic``) after every change::
 
     {"version": 2,
      "events": {"pre1": {"drain_time": "...Z", "reason": "...", "source": "slurm", "grace": 300,
@@ -24,13 +24,12 @@ requeued jobs still pending): nothing grows with the number of polls or with tim
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from slurm_preempt.notice import from_text, to_text
+from slurm_preempt.durable import write_atomic
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS, from_text, to_text
 
 VERSION = 2
 ACTS = ("notice", "signal", "enforced")
@@ -66,7 +65,7 @@ class NodeEvent:
             drain_time=from_text(data["drain_time"]),
             reason=str(data.get("reason", "")),
             source=str(data.get("source", "slurm")),
-            grace=float(data.get("grace", 300.0)),
+            grace=float(data.get("grace", DEFAULT_GRACE_SECONDS)),
             handled=bool(data.get("handled", False)),
             enforced=bool(data.get("enforced", False)),
             seen=False,  # loaded: left open by an earlier run
@@ -171,23 +170,7 @@ class SentState:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(self.to_json()))
-
-
-def write_atomic(path: Path, text: str, sync: bool = True) -> None:
-    """Temp file (fsync'd when ``sync``), rename: a reader sees the old content or the new, never half.
-    The watcher's small files (this state, outbox intents, the lease) are all written this way."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            if sync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        write_atomic(self.path, json.dumps(self.to_json()), 0o600)
 
 
 def load(path: Path | None) -> SentState:
@@ -197,9 +180,20 @@ def load(path: Path | None) -> SentState:
     if path is None or not path.exists():
         return state
     data = json.loads(path.read_text())
-    if not isinstance(data, dict):
+    # Any other shape (a list, "events": 3, an entry that is a string) is a corrupt file: ValueError,
+    # which the watcher answers by moving it aside, never by failing to start on every restart.
+    shape_ok = isinstance(data, dict) and all(
+        isinstance(data.get(key, {}), dict) and all(isinstance(v, dict) for v in data.get(key, {}).values())
+        for key in ("events", "told", "restarts")
+    )
+    if not shape_ok:
         raise ValueError(f"{path} does not hold a watcher state")
-    state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+    try:
+        state.events = {n: NodeEvent.from_json(n, e) for n, e in data.get("events", {}).items()}
+        for event in state.events.values():
+            to_text(event.drain_time)  # a time that cannot be made UTC (year 10000) fails here, not later
+    except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"{path}: an event is not a watcher event ({exc})") from None
     state.told = {k: dict(v) for k, v in data.get("told", {}).items() if "|" in k}
     state.restarts = {k: dict(v) for k, v in data.get("restarts", {}).items()}
     state._reindex()

@@ -7,6 +7,7 @@ http(s) fails with one clear line before the first poll, never later in the loop
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -17,6 +18,7 @@ from typing import Any
 
 from slurm_preempt import config as configmod
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
@@ -40,7 +42,7 @@ KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
 DEFAULTS: dict[str, Any] = {
     "interval": 5.0,
     "sidecar_interval": 5.0,  # a modest rate: every job of a user runs one
-    "grace": 300.0,
+    "grace": DEFAULT_GRACE_SECONDS,
     "feature": "preemptible",
     "reasons": [r"^TogetherPreemptionNotified"],
     "exclude_reasons": [],
@@ -87,6 +89,12 @@ class Settings:
     lease_ttl: float = DEFAULTS["lease_ttl"]
 
     def validate(self) -> None:
+        numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
+                   "max_backoff": self.max_backoff, "slurm_timeout": self.slurm_timeout,
+                   "lease_ttl": self.lease_ttl}  # fmt: skip
+        bad = [key for key, value in numbers.items() if not math.isfinite(value)]
+        if bad:  # nan polled in a busy loop, inf crashed the loop's wait
+            raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
         if self.grace < 0 or self.enforce_margin < 0:
             raise UsageError("grace and enforce margin must be >= 0 seconds")
         if self.interval <= 0 or self.slurm_timeout <= 0:

@@ -5,12 +5,16 @@ time is what the source recorded (Slurm's reason time, the provider's event time
 we looked, so the deadline in the notice is the truth however late the watcher is.
 
 The HTTP sources use only the standard library (``urllib``), each request with a timeout. The API token
-goes into one header and nowhere else: it is never part of a message, a log line or an error.
+goes into one header and nowhere else: it is never part of a message, a log line or an error, and no
+request follows a redirect (urllib would send the ``Authorization`` header on to whatever host a
+redirect names). A provider's document is another party's data: each event is checked on its own (a
+node name that is not one, a time outside 2000..2200) and a bad one is skipped, never the poll.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
@@ -22,9 +26,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from slurm_preempt import ids
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.notice import deadline, from_text, utcnow
 from slurm_preempt.slurm.parse import Node
+
+log = logging.getLogger(__name__)
 
 TOGETHER_REASON = "TogetherPreemptionNotified"
 DEFAULT_TOGETHER_BASE = "https://api.together.ai"
@@ -96,6 +103,11 @@ def _compile(patterns: Iterable[str], key: str) -> tuple[re.Pattern[str], ...]:
         raise ConfigError(f"[watch] {key}: bad regular expression ({exc})") from None
 
 
+_EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=:-]{8,4096}")  # a bearer token's characters (RFC 6750), one line
+
+
 def slurm_drains(nodes: Iterable[Node], rules: DrainRules, grace: float, now: datetime) -> list[Drain]:
     """The nodes of one ``sinfo`` answer that are going away. A node drained without a reason time
     (Slurm always records one; be safe) gets ``now``."""
@@ -152,24 +164,36 @@ class NodeMap:
 
 
 def read_token(env_var: str = "TOGETHER_API_KEY", token_file: str | None = None) -> str:
-    """The bearer token, from the environment or a file only its owner may read. ConfigError if none."""
+    """The bearer token, from the environment or a file only its owner may read. ConfigError if none,
+    or if it is not one line of token characters (never quoting it: the message may be logged)."""
     value = os.environ.get(env_var, "").strip()
     if value:
-        return value
+        return _checked_token(value, f"${env_var}")
     if not token_file:
         raise ConfigError(f"the together source needs a token: set {env_var} or [watch] api_token_file")
     path = Path(token_file)
     try:
-        info = path.stat()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"cannot read the API token file {path}: {exc.strerror}") from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"the API token file {path} is readable by others: chmod 600 {path}")
-    if info.st_uid not in (0, os.geteuid()):
-        raise ConfigError(f"the API token file {path} must belong to root or to you")
-    token = path.read_text().strip()
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"the API token file {path} is not a regular file")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"the API token file {path} is readable by others: chmod 600 {path}")
+        if info.st_uid not in (0, os.geteuid()):
+            raise ConfigError(f"the API token file {path} must belong to root or to you")
+        raw = handle.read(8192)
+    token = raw.decode("ascii", "replace").strip()
     if not token:
         raise ConfigError(f"the API token file {path} is empty")
+    return _checked_token(token, f"the API token file {path}")
+
+
+def _checked_token(token: str, where: str) -> str:
+    if not _TOKEN.fullmatch(token):
+        raise ConfigError(f"{where} does not hold one line of token characters (letters, digits, ._~+/=:-)")
     return token
 
 
@@ -194,7 +218,7 @@ class TogetherSource:
         body = _http("GET", self.url, headers, self.timeout)
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise SourceError(f"{self.url} answered something that is not JSON") from None
         return parse_together(data, self.node_map, self.grace)
 
@@ -207,8 +231,12 @@ def parse_together(data: Any, node_map: NodeMap, grace: float, now: datetime | N
     now = now or utcnow()
     found: dict[str, Drain] = {}
     for event in data["node_lifecycle_events"]:
-        drain = _together_event(event, node_map, grace)
-        if drain is None or deadline(drain.drain_time, grace) < now:
+        try:
+            drain = _together_event(event, node_map, grace)
+            if drain is None or deadline(drain.drain_time, grace) < now:
+                continue
+        except (ValueError, TypeError, OverflowError, re.error, IndexError) as exc:
+            log.warning("together: an event skipped (%s)", ids.shorten(str(exc), 80))
             continue
         if drain.node not in found or drain.drain_time < found[drain.node].drain_time:
             found[drain.node] = drain
@@ -222,21 +250,28 @@ def _together_event(event: Any, node_map: NodeMap, grace: float) -> Drain | None
     moment = next((m for m in (_when(event[k]) for k in _TIME_KEYS if k in event) if m), None)
     if name is None or moment is None:
         return None
-    message = event.get("message") if isinstance(event.get("message"), str) else ""
-    reason = f"{TOGETHER_REASON}: {message}".rstrip(": ")
-    return Drain(node_map.slurm_name(name), reason, moment, "together", grace)
+    node = node_map.slurm_name(name)
+    if not ids.is_node_name(node):  # `pre[1` once aborted every poll until the event expired
+        log.warning("together: event for %s skipped: not a Slurm node name", ids.shorten(node))
+        return None
+    message = event.get("message")
+    reason = f"{TOGETHER_REASON}: {message[:200] if isinstance(message, str) else ''}".rstrip(": ")
+    return Drain(node, reason, moment, "together", grace)
 
 
 def _when(value: Any) -> datetime | None:
-    """ISO 8601 text (``Z`` or offset; naive means UTC) or epoch seconds."""
+    """ISO 8601 text (``Z`` or offset; naive means UTC) or epoch seconds, between 2000 and 2200 in UTC
+    (``9999-12-31T23:00:00-23:00`` is past what a datetime can hold once made UTC)."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return datetime.fromtimestamp(float(value), timezone.utc)
-        if isinstance(value, str) and value:
-            return from_text(value)
+            moment = datetime.fromtimestamp(float(value), timezone.utc)
+        elif isinstance(value, str) and 0 < len(value) <= 64:
+            moment = from_text(value).astimezone(timezone.utc)
+        else:
+            return None
     except (ValueError, OverflowError, OSError):
         return None
-    return None
+    return moment if _EARLIEST <= moment <= _LATEST else None
 
 
 # ---------------------------------------------------------------------------------------- cloud metadata
@@ -303,20 +338,34 @@ class _NotFound(SourceError):
     pass
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the HTTP error it is: urllib would otherwise repeat the request, with
+    its ``Authorization`` header, to whatever host the redirect names."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 (urllib's signature)
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _http(method: str, url: str, headers: dict[str, str], timeout: float) -> str:
-    """One request; SourceError on anything but a 2xx answer. Messages never carry the headers."""
+    """One request; SourceError on anything but a 2xx answer (a redirect included). Messages never
+    carry the headers."""
     request = urllib.request.Request(
         url, method=method, headers=headers, data=b"" if method == "PUT" else None
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 (http(s) URLs from config)
+        with _OPENER.open(request, timeout=timeout) as answer:
             return answer.read(4_000_000).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise _NotFound(f"{url}: 404") from None
+        if 300 <= exc.code < 400:
+            raise SourceError(f"{url} answered a redirect (HTTP {exc.code}): not followed") from None
         raise SourceError(f"{url} answered HTTP {exc.code}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         why = getattr(exc, "reason", exc)
         raise SourceError(f"{url} did not answer ({type(why).__name__}: {why})") from None
-    except ValueError as exc:  # bad URL
-        raise SourceError(f"bad URL {url!r} ({exc})") from None
+    except ValueError:  # a bad URL, or a header value urllib refuses: its message would quote the header
+        raise SourceError(f"cannot send a request to {url!r}") from None

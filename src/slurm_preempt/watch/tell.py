@@ -86,7 +86,14 @@ def tell(ctx: Context, outbox: Outbox, job: Job, event: NodeEvent) -> bool:
 def _plan(ctx: Context, job: Job, event: NodeEvent, may_signal: bool, in_flight: set[str]) -> _Delivery:
     wish = optin.parse(job.comment)
     notice = Notice.for_drain(
-        job.job_id, event.node, event.reason, event.source, event.drain_time, event.grace, ctx.clock()
+        job.job_id,
+        event.node,
+        event.reason,
+        event.source,
+        event.drain_time,
+        event.grace,
+        ctx.clock(),
+        restart_count=job.restart_count,  # the attempt it is for (squeue's RestartCnt)
     )
     write = not _notice_done(ctx, job, notice)
     signal = wish.signal if may_signal and wish.signal else None
@@ -103,7 +110,7 @@ def _notice_done(ctx: Context, job: Job, notice: Notice) -> bool:
     if ctx.state_dir is None:
         return False
     found = read_notice(notice_path(ctx.state_dir, job.job_id))
-    if found is None or found.event_id != notice.event_id:
+    if found is None or found.event_id != notice.event_id or found.restart_count != notice.restart_count:
         return False
     _mark(ctx, job, notice, "notice")
     return True
@@ -170,12 +177,12 @@ def _write(ctx: Context, plan: _Delivery) -> None:
     job_id, notice = plan.job.job_id, plan.notice
     if _ledger_has(ctx.state_dir, job_id, "notice_sent", notice.event_id) is None:
         plan.record = ctx.record("notice_sent", job_id, **_notice_fields(notice, ctx.state_dir))
-    path = notice_path(ctx.state_dir, job_id)
     try:
+        path = notice_path(ctx.state_dir, job_id)
         write_notice(path, notice)
         plan.wrote = str(path)
-    except OSError as exc:
-        plan.failure = f"cannot write the notice of job {job_id} to {path}: {exc}"
+    except (OSError, ValueError) as exc:
+        plan.failure = f"cannot write the notice of job {job_id}: {exc}"
         if plan.record is not None:
             plan.record.unlink(missing_ok=True)
 

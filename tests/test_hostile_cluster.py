@@ -1,0 +1,84 @@
+"""A hostile cluster user on the real local cluster: sp-mallory's jobs share a drained node with
+sp-alice's, their names and comments hold bytes of any value and forged squeue records naming alice's
+other job. The root watcher (the real `slurm-preempt watch --cluster --once --json`, run as a command)
+must exit 0, tell every job on the node in that one poll, act on no forged or absent job id, and leave
+alice's other job alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterutil import wait_for
+from hostileusers import ALICE, MALLORY, ensure_user
+from slurm_preempt.notice import read_notice
+from slurm_preempt.slurm import parse as slurmdata
+
+pytestmark = pytest.mark.cluster
+OPTED = "slurm-preempt:signal=USR1"
+REASON = "TogetherPreemptionNotified: hostile test"
+SEP = slurmdata.SEP
+# Alice's job records the USR1 it gets in a file of hers; nothing else.
+RECORD = "trap 'echo usr1 >> /tmp/sp-hostile-$SLURM_JOB_ID' USR1; while true; do sleep 0.2; done"
+
+
+def _sbatch(user: str, node: str, *args: str) -> str:
+    argv = ["runuser", "-u", user, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
+            f"--nodelist={node}", *args, "--wrap", RECORD]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, check=True)
+    return done.stdout.decode().strip().split(";")[0]
+
+
+def _forged(job_id: str, node: str, user: str = ALICE) -> str:
+    fields = [job_id, job_id, "N/A", "RUNNING", node, "0", user, "batch", "1", "1", "1", "1", "None"]
+    return "\n" + SEP.join(fields) + " " + OPTED
+
+
+def test_hostile_jobs_on_a_drained_node_never_steer_the_root_watcher(clean_cluster, tmp_path):
+    cl = clean_cluster
+    for user in (ALICE, MALLORY):
+        ensure_user(user)
+    victim = _sbatch(ALICE, "pre1", f"--comment={OPTED}", "-J", "victim")
+    bystander = _sbatch(ALICE, "pre2", f"--comment={OPTED}", "-J", "bystander")
+    hostile = [
+        _sbatch(MALLORY, "pre1", "-J", "x\n--partition=batch\x1f\r\x85\u2028",
+                f"--comment={OPTED}{_forged(bystander, 'pre1')}{_forged('424242', 'pre1')}"),
+        _sbatch(MALLORY, "pre1", "-J", "\x1c\x1d\x1e\x0b\x0c", "--comment=slurm-preempt:fallback-after=\u00b2"
+                + _forged("--partition=batch", "pre1") + _forged("../../..", "pre1")),
+    ]  # fmt: skip
+    # A comment set afterwards with scontrol, holding bytes that are not UTF-8 (sbatch's argv is bytes too).
+    subprocess.run(
+        [b"runuser", b"-u", MALLORY.encode(), b"--", b"scontrol", b"update", f"jobid={hostile[1]}".encode(),
+         b"comment=\xff\xfe" + _forged(bystander, "pre1").encode() + b"\xff"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    for job_id in [victim, bystander, *hostile]:
+        cl.wait_state(job_id, "RUNNING", timeout=60)
+    cl.slurm.drain(["pre1"], REASON)
+
+    state = tmp_path / "state"
+    argv = [sys.executable, "-m", "slurm_preempt", "watch", "--cluster", "--once", "--json",
+            "--allow-preemptible-host", "--state-dir", str(state)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, env=os.environ.copy(), timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in done.stderr
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    acted = {e["job_id"] for e in lines if "job_id" in e}
+    assert acted == {victim, *hostile}  # every job on pre1 told in this one poll; nothing else
+
+    notices = sorted(p.name for p in (state / "notices").iterdir())
+    assert notices == sorted(f"{j}.json" for j in (victim, *hostile))
+    assert read_notice(state / "notices" / f"{victim}.json").node == "pre1"
+    assert not list(tmp_path.glob("**/*partition*")) and not Path(str(state) + "/../../...json").exists()
+    after = cl.slurm.job(bystander)
+    assert after.state == "RUNNING" and after.nodes == ("pre2",) and after.restart_count == 0
+    assert not Path(f"/tmp/sp-hostile-{bystander}").exists()  # never signalled
+    wait_for(lambda: Path(f"/tmp/sp-hostile-{victim}").exists(), 30, what="the victim's USR1")
+    assert cl.slurm.job("424242") is None
+    signalled = {e["job_id"] for e in lines if e.get("event") == "signal_sent"}
+    assert signalled == {victim, hostile[0]}  # the two that opted in; mallory's second did not
