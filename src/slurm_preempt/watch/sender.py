@@ -4,8 +4,7 @@
 of its own, and reads the paths of new intents from its stdin, one a line, each sent in a thread of its
 own (batches go side by side). When the pipe closes (the watcher stopped, or died) it finishes what it
 claimed and exits: a watcher killed while its signals go out leaves their outcomes behind for the next.
-``python -m slurm_preempt.watch.sender INTENT TIMEOUT`` sends one. It imports little: no logging, no
-parsers.
+``python -m slurm_preempt.watch.sender INTENT TIMEOUT`` sends one.
 
 An intent is data, never a command: the signal must be one of ``optin.SIGNALS``, every job an id
 (``123`` or ``123_4``), and the file a regular file of the user the helper runs as (``watch.outbox``
