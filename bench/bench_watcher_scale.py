@@ -25,6 +25,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -285,7 +286,12 @@ def run(quick: bool = False) -> list[dict]:
     return mass_drain(quick) + rows
 
 
+def _stop(_signum, _frame):
+    raise KeyboardInterrupt  # SIGTERM: stop the watcher and the cluster on the way out
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop)
     if "--real" in sys.argv:
         results = real_run(float(sys.argv[sys.argv.index("--real") + 1]))
     else:
