@@ -44,7 +44,7 @@ REASON = "TogetherPreemptionNotified: bench"
 JOB = """#!/bin/bash
 trap 'date +%s.%N >> {work}/usr1-$SLURM_JOB_ID' USR1
 echo start >> {work}/start-$SLURM_JOB_ID
-while true; do sleep 0.05; done
+while true; do sleep 300 & wait $!; done
 """
 
 
