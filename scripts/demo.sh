@@ -10,7 +10,8 @@
 #   5. preempt its node three times with `slurm-preempt drill` (drain at T+0, remove at T+20 s, back later)
 #   6. compare its result with an uninterrupted run; show `history` and write the timeline picture
 #
-# Environment: DEMO_DIR (work folder, default ./out/demo), DEMO_PREEMPTIONS (3), DEMO_GRACE (20).
+# Environment: DEMO_DIR (work folder, default ./out/demo), DEMO_PREEMPTIONS (3), DEMO_GRACE (20),
+# DEMO_SLURM (the Slurm release: system, 24.11 or 26.05; see `slurm-preempt testcluster up --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -29,7 +30,7 @@ rm -rf "$work/job" "$work/expected.json"
 mkdir -p "$work/job"
 
 say "local cluster with the hooks installed"
-"$sp" testcluster up --dir "$cluster" --port "${DEMO_PORT:-17200}" --hooks
+"$sp" testcluster up --dir "$cluster" --port "${DEMO_PORT:-17200}" --hooks --slurm "${DEMO_SLURM:-system}"
 eval "$("$sp" testcluster env --dir "$cluster")"
 sinfo -N -o "%N %f %T"
 
@@ -95,7 +96,7 @@ say "history of job $job"
 "$sp" history "$job" --timeline "$work/timeline.html"
 echo
 echo "timeline picture: $work/timeline.html"
-echo "job log:          $work/job/demo-$job.out"
+echo "job log:          $(ls "$work/job/demo-$job"*.out | tr '\n' ' ')"
 echo "watcher log:      $work/watch.log"
 echo "the cluster is still up: eval \"\$($sp testcluster env --dir $cluster)\"; stop it with:"
 echo "  $sp testcluster down --dir $cluster"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Install what the local test cluster needs from Debian's (or Ubuntu's) packages: Slurm's controller,
 # node daemon and client, and munge. Safe to run again: does nothing when all are present.
+# WITH_ACCOUNTING=1 adds slurmdbd and MariaDB; WITH_SLURM_ROOTS=1 adds debootstrap, which builds the
+# roots that hold other Slurm releases (`slurm-preempt testcluster roots`).
 set -euo pipefail
 packages=(slurmctld slurmd slurm-client munge)
 [ "${WITH_ACCOUNTING:-0}" = 1 ] && packages+=(slurmdbd mariadb-server)
+[ "${WITH_SLURM_ROOTS:-0}" = 1 ] && packages+=(debootstrap)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -3,15 +3,43 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
+
+
+def release() -> str:
+    """The Slurm release this session's clusters run (``--slurm`` / SP_TEST_SLURM; conftest sets it)."""
+    return os.environ.get("SP_TEST_SLURM", versions.SYSTEM)
+
+
+def cluster_dir(port: int, suffix: str = "") -> Path:
+    """Where a test cluster lives: SP_TEST_CLUSTER_DIR, else one folder per port and release (each
+    release's slurmdbd upgrades the accounting database it finds, which an older one cannot read)."""
+    base = os.environ.get("SP_TEST_CLUSTER_DIR", f"/tmp/sp-test-cluster-{port}")
+    if release() != versions.SYSTEM:
+        base += f"-{release()}"
+    return Path(base + suffix)
+
+
+def slurm_problem() -> str | None:
+    """Why no test cluster can start here (None when one can). Building a release's root happens here,
+    once, before any cluster starts."""
+    if os.geteuid() != 0:
+        return "the local test cluster needs root"
+    try:
+        tc.check_packages(release())
+    except Exception as exc:  # MissingDependencyError, or a root that could not be built
+        return str(exc)
+    return None
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
@@ -72,6 +100,21 @@ class ClusterHandle:
     def fresh(self) -> tc.ClusterState:
         """The cluster as cluster.json says now (drills and tests restart slurmds)."""
         return tc.load_state(self.state.spec.directory) or self.state
+
+    def everywhere(self, script: str) -> None:
+        """``sh -c script`` on the host and in each daemon's own mount namespace. Another release's
+        daemons run in private ones (slurmroot): a mount made on the host after they started is not
+        theirs, so a test that breaks a file system must break it where the hooks run too."""
+        subprocess.run(["sh", "-c", script], check=True)
+        ours = procs.mount_namespace()
+        seen = set()
+        for started in self.fresh().processes:
+            proc = started.process()
+            namespace = procs.mount_namespace(proc) if proc else None
+            if proc is None or namespace in (None, ours) or namespace in seen:
+                continue
+            seen.add(namespace)
+            subprocess.run(["nsenter", "-t", str(proc.pid), "-m", "-r", "--", "sh", "-c", script], check=True)
 
     def reset(self) -> None:
         """Cancel every job and bring every node back."""

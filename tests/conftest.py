@@ -9,6 +9,9 @@ scripts/test.sh install everything, so a skip in CI is a missing package, never 
 the suite can skip for: Slurm, munge or accounting (slurmdbd, MariaDB) not installed; not root (the
 local cluster, hooks installed as root, files of another owner, a tmpfs mount); torch not installed
 (pip); rsvg-convert missing (Debian's librsvg2-bin).
+
+``--slurm 24.11`` (or ``SP_TEST_SLURM=24.11``) runs the clusters on that Slurm release instead of the
+host's (``slurm_preempt.rehearsal.versions``); scripts/test.sh runs the cluster tests on each release.
 """
 
 from __future__ import annotations
@@ -19,14 +22,33 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, exported
+from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem
 from slurm_preempt.rehearsal import testcluster as tc
+from slurm_preempt.rehearsal import versions
 
 DATA = Path(__file__).parent / "data"
 pytest_plugins = ("watchworld",)  # the in-memory world of the watcher's unit tests (its `world` fixture)
 
 
 CLUSTER_FIXTURES = {"cluster", "clean_cluster"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--slurm",
+        default=os.environ.get("SP_TEST_SLURM", versions.SYSTEM),
+        choices=list(versions.RELEASES),
+        help="Slurm release the test clusters run (default: $SP_TEST_SLURM or the host's packages)",
+    )
+
+
+def pytest_configure(config):
+    # One source for fixtures and helpers that start clusters of their own (clusterutil.release()).
+    os.environ["SP_TEST_SLURM"] = config.getoption("--slurm")
+
+
+def pytest_report_header(config):
+    return f"slurm release: {config.getoption('--slurm')}"
 
 
 def pytest_collection_modifyitems(items):
@@ -65,27 +87,25 @@ def pytest_make_collect_report(collector):
     _skip_to_failure(outcome.get_result())
 
 
-def _slurm_missing() -> str | None:
-    try:
-        tc.check_packages()
-    except Exception as exc:  # MissingDependencyError
-        return str(exc)
-    if os.geteuid() != 0:
-        return "the local test cluster needs root"
-    return None
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> ClusterHandle:
-    """A running local cluster: 2 standard + 4 preemptible nodes, SLURM_CONF exported to tests."""
-    problem = _slurm_missing()
+    """A running local cluster: 2 standard + 4 preemptible nodes, SLURM_CONF (and for another release,
+    PATH) exported to tests."""
+    problem = slurm_problem()
     if problem:
         pytest.skip(problem)  # a failure under CI=true, like every skip
     port = int(os.environ.get("SP_TEST_PORT", "17300"))
-    directory = Path(os.environ.get("SP_TEST_CLUSTER_DIR", f"/tmp/sp-test-cluster-{port}"))
+    directory = cluster_dir(port)
     if directory.exists() and tc.load_state(directory) is None:
         shutil.rmtree(directory)
-    spec = tc.ClusterSpec(directory=directory, port=port, standard=2, preemptible=4, cpus=16)
+    spec = tc.ClusterSpec(
+        directory=directory,
+        port=port,
+        standard=2,
+        preemptible=4,
+        cpus=16,
+        slurm=release(),
+    )
     tc.down(directory)  # a cluster left by an interrupted session is restarted fresh
     state = tc.up(spec, timeout=120)
     handle = ClusterHandle(state=state, workdir=tmp_path_factory.mktemp("jobs"))

@@ -89,7 +89,7 @@ class FakeJob:
 
 @dataclass(frozen=True)
 class Call:
-    name: str  # nodes, jobs, signal_many, requeue, update_job
+    name: str  # nodes, jobs, signal_many, requeue, update_job, release
     args: dict[str, Any]
 
 
@@ -225,6 +225,16 @@ class FakeSlurm:
                     job.reason = "Priority"
                 if "features" in fields:
                     job.features = fields["features"]
+
+    def release(self, job_id: str) -> None:
+        """Slurm lifts the hold; a requeued job then waits for its BeginTime."""
+        self._enter("release", job_id=job_id)
+        with self._lock:
+            targets = self._resolve(job_id)
+            if not targets:
+                raise JobGoneError(["scontrol", "release", job_id], 1, GONE)
+            for job in targets:
+                job.state, job.reason = "PENDING", "BeginTime"
 
     # ------------------------------------------------------------------------------------ inside
 

@@ -1,9 +1,9 @@
 """End to end on the real local cluster: generated script + resume library + watcher daemon + drill.
 
-A deterministic job is preempted three times (drain at T+0, removal at T+grace, nodes back after a
-pause) with the watcher running; each time it must be told, take a final checkpoint, leave before the
-removal, run again within seconds elsewhere, and finally produce exactly the uninterrupted result.
-Grace is compressed to a few seconds.
+A deterministic job is preempted six times (drain at T+0, removal at T+grace, nodes back after a pause)
+with the watcher running, more than MaxBatchRequeue (5), which preemptions never count toward; each
+time it must be told, take a final checkpoint, leave before the removal, run again within seconds
+elsewhere, and finally produce exactly the uninterrupted result. Grace is compressed to a few seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
 SP = str(Path(sys.executable).parent / "slurm-preempt")
 STEPS, EVERY = 400, 25
 GRACE = 6.0
+PREEMPTIONS = 6  # more than MaxBatchRequeue's default 5
 
 
 def _reference(tmp_path: Path, steps: int = STEPS) -> int:
@@ -38,10 +39,10 @@ def _reference(tmp_path: Path, steps: int = STEPS) -> int:
     return json.loads(out.read_text())["value"]
 
 
-def _train(result: Path) -> list[str]:
+def _train(result: Path, step_seconds: float = 0.05) -> list[str]:
     """The deterministic job: examples/train_loop.py for STEPS steps, a checkpoint every EVERY."""
     return [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds",
-            "0.05", "--result", str(result)]  # fmt: skip
+            str(step_seconds), "--result", str(result)]  # fmt: skip
 
 
 def _submit_generated(cl, work: Path, options: list[str], command: list[str]) -> str:
@@ -70,14 +71,15 @@ def watcher(clean_cluster, tmp_path):
     log.close()
 
 
-def test_three_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp_path):
+def test_six_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp_path):
     cl = clean_cluster
     expected = _reference(tmp_path)
     work = tmp_path / "job"
     result = work / "result.json"
-    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result))
+    # 0.2 s a step: six preemptions (~10 s each) come before the 80 s of work is done.
+    job_id = _submit_generated(cl, work, ["--job-name", "e2e"], _train(result, step_seconds=0.2))
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
-    for _round in range(3):
+    for _round in range(PREEMPTIONS):
         cl.wait_state(job_id, "RUNNING", timeout=30)
         # Let it compute and take a periodic checkpoint or two before the provider strikes.
         wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
@@ -94,7 +96,7 @@ def test_three_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, t
     events = ledger.events(cl.spec.state_dir, job_id)
     requeued = [e for e in events if e["kind"] == "requeued"]
     resumed = [e for e in events if e["kind"] == "resumed_from"]
-    assert len(requeued) == 3 and len(resumed) == 3
+    assert len(requeued) == PREEMPTIONS and len(resumed) == PREEMPTIONS
     assert [e.get("step") for e in resumed] == [e.get("step") for e in requeued]
 
 

@@ -16,14 +16,21 @@ from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.records import hooks
 
-DATA = Path(__file__).parent / "data" / "slurm-22.05" / "hook-env"
+DATA = Path(__file__).parent / "data"
+# Every release with captured hook environments (scripts/capture-slurm-data.py).
+RELEASES = sorted(p.parent.name.removeprefix("slurm-") for p in DATA.glob("slurm-*/hook-env"))
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="hooks install root-owned files")
+each_release = pytest.mark.parametrize("release", RELEASES)
 
 
-def _env(name: str) -> dict[str, str]:
-    """A real environment captured from Slurm 22.05 (tests/data/slurm-22.05/hook-env/)."""
-    pairs = (line.split("=", 1) for line in (DATA / f"{name}.env").read_text().splitlines() if "=" in line)
-    return dict(pairs)
+def _env(name: str, release: str = "22.05") -> dict[str, str]:
+    """A real environment captured from Slurm (tests/data/slurm-<release>/hook-env/)."""
+    text = (DATA / f"slurm-{release}" / "hook-env" / f"{name}.env").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def test_every_supported_release_has_captured_data():
+    assert RELEASES == ["22.05", "24.11", "26.05"]
 
 
 @pytest.fixture
@@ -50,11 +57,12 @@ def test_install_prints_lines_and_dry_run_changes_nothing(tmp_path):
 
 
 @root_only
-def test_real_prolog_environment_records_attempt_start(installed):
+@each_release
+def test_real_prolog_environment_records_attempt_start(installed, release):
     prefix, state, _conf = installed
-    done = _run(prefix / "prolog.d" / hooks.HOOK_NAME, _env("prolog_slurmd"))
+    done = _run(prefix / "prolog.d" / hooks.HOOK_NAME, _env("prolog_slurmd", release))
     assert (done.returncode, done.stdout) == (0, "")
-    job = _env("prolog_slurmd")["SLURM_JOB_ID"]
+    job = _env("prolog_slurmd", release)["SLURM_JOB_ID"]
     [event] = ledger.events(state, job)
     assert event["kind"] == "attempt_start" and event["_trusted"]
     assert (event["node"], event["nodes"], event["restart_count"]) == ("pre1", "pre1", 0)
@@ -62,22 +70,24 @@ def test_real_prolog_environment_records_attempt_start(installed):
 
 
 @root_only
-def test_real_epilog_environments_record_attempt_end(installed):
+@each_release
+def test_real_epilog_environments_record_attempt_end(installed, release):
     prefix, state, _conf = installed
-    env = _env("epilog_slurmctld_failed")
+    env = _env("epilog_slurmctld_failed", release)
     subprocess.run(["mkdir", "-p", str(state / "jobs" / env["SLURM_JOB_ID"])], check=True)
     assert _run(prefix / "slurm-preempt" / "epilog-slurmctld", env).returncode == 0
-    assert _run(prefix / "epilog.d" / hooks.HOOK_NAME, _env("epilog_slurmd")).returncode == 0
+    assert _run(prefix / "epilog.d" / hooks.HOOK_NAME, _env("epilog_slurmd", release)).returncode == 0
     ends = ledger.events(state, env["SLURM_JOB_ID"])
     assert sorted(e["hook"] for e in ends) == ["epilog", "epilog_slurmctld"]
     assert {e["exit_code"] for e in ends} == {"3:0"}
 
 
 @root_only
-def test_taskprolog_prints_exports(installed):
+@each_release
+def test_taskprolog_prints_exports(installed, release):
     prefix, state, _conf = installed
-    done = _run(prefix / "slurm-preempt" / "taskprolog", _env("task_prolog"))
-    job = _env("task_prolog")["SLURM_JOB_ID"]
+    done = _run(prefix / "slurm-preempt" / "taskprolog", _env("task_prolog", release))
+    job = _env("task_prolog", release)["SLURM_JOB_ID"]
     assert done.stdout.splitlines() == [
         f"export SLURM_PREEMPT_STATE_DIR={state}",
         f"export SLURM_PREEMPT_NOTICE={state}/notices/{job}.json",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, exported, wait_for
+from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.records import history, report, timeline
 from slurm_preempt.rehearsal import accounting, testcluster
@@ -32,7 +32,7 @@ PY = sys.executable
 def _can_account() -> bool:
     """Real accounting (MariaDB + slurmdbd) when installed; CI must have it."""
     try:
-        accounting.check_packages()
+        accounting.check_packages(release())
         return True
     except Exception as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -42,15 +42,13 @@ def _can_account() -> bool:
 
 @pytest.fixture(scope="module")
 def hcluster(tmp_path_factory):
-    try:
-        testcluster.check_packages()
-    except Exception as exc:
-        pytest.skip(str(exc))
-    if os.geteuid() != 0:
-        pytest.skip("the local test cluster needs root")
+    problem = slurm_problem()
+    if problem:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI needs a real Slurm: {problem}", pytrace=False)
+        pytest.skip(problem)
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 50
-    base = os.environ.get("SP_TEST_CLUSTER_DIR", f"/tmp/sp-test-cluster-{port - 50}")
-    directory = Path(base + "-hooks")
+    directory = cluster_dir(port - 50, "-hooks")
     if directory.exists() and testcluster.load_state(directory) is None:
         shutil.rmtree(directory)
     spec = testcluster.ClusterSpec(
@@ -61,6 +59,7 @@ def hcluster(tmp_path_factory):
         cpus=8,
         hooks=True,
         accounting=_can_account(),
+        slurm=release(),
     )
     testcluster.down(directory)
     state = testcluster.up(spec, timeout=120)
@@ -293,9 +292,7 @@ def test_broken_state_folder_never_drains_a_node(hc, tmp_path, breakage):
     target = tmp_path / "state"
     if breakage == "read-only":
         (target / "jobs").mkdir(parents=True)
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=755", "tmpfs", str(target / "jobs")], check=True
-        )
+        hc.everywhere(f"mount -t tmpfs -o ro,size=64k,mode=755 tmpfs {target / 'jobs'}")
     elif breakage == "symlink":
         (tmp_path / "elsewhere").mkdir()
         target.symlink_to(tmp_path / "elsewhere")
@@ -311,7 +308,7 @@ def test_broken_state_folder_never_drains_a_node(hc, tmp_path, breakage):
     finally:
         conf.write_text(original)
         if breakage == "read-only":
-            subprocess.run(["umount", str(target / "jobs")], check=False)
+            hc.everywhere(f"umount {target / 'jobs'} || true")
 
 
 def test_full_disk_never_drains_a_node(hc, tmp_path):
@@ -319,19 +316,17 @@ def test_full_disk_never_drains_a_node(hc, tmp_path):
     original = conf.read_text()
     state = tmp_path / "full"
     state.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=755", "tmpfs", str(state)], check=True)
+    # Full where the hooks run: a tmpfs of 16 KiB, filled, on the host and in each node's namespace.
+    hc.everywhere(
+        f"mount -t tmpfs -o size=16k,mode=755 tmpfs {state} && mkdir {state}/jobs && "
+        f"{{ head -c 65536 /dev/zero >{state}/filler 2>/dev/null || true; }}"
+    )
     try:
-        (state / "jobs").mkdir()
-        with open(state / "filler", "wb") as out:
-            try:
-                out.write(b"x" * 64 * 1024)
-            except OSError:
-                pass
         conf.write_text(f"state_dir={state}\nlog={tmp_path}/hooks.log\n")
         _run_and_check(hc, expect_recorded=False)
     finally:
         conf.write_text(original)
-        subprocess.run(["umount", str(state)], check=False)
+        hc.everywhere(f"umount {state} || true")
 
 
 def test_symlink_planted_in_a_job_folder_is_replaced_not_followed(hc, tmp_path):

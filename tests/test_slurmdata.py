@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.slurm import parse as slurmdata
 
 UTC = timezone.utc
+DATA = Path(__file__).parent / "data"
 
 
 def read(data_dir, name, version="22.05") -> bytes:
@@ -233,3 +235,121 @@ def test_records_whose_slurm_fields_are_not_slurms_are_refused_alone(job_id, cap
 def test_a_record_with_a_bad_node_list_is_refused_alone(nodes):
     jobs = slurmdata.parse_jobs(_squeue_record("77", nodes, "mallory", [b""] * 4))
     assert jobs == []
+
+
+# ---------------------------------------------------------------------------------------- every release
+# The same scenes captured on each release CI runs (scripts/capture-slurm-data.py, which runs
+# tests/data/capture.sh on a test cluster of that release): the literal figures above are 22.05's, the
+# tests below hold for every release.
+
+RELEASES = sorted(p.name.removeprefix("slurm-") for p in DATA.glob("slurm-*") if (p / "version.txt").exists())
+each_release = pytest.mark.parametrize("release", RELEASES)
+
+
+def test_every_supported_release_has_captured_output():
+    assert RELEASES == ["22.05", "24.11", "26.05"]
+
+
+@each_release
+def test_release_version(data_dir, release):
+    major, minor = (int(x) for x in release.split("."))
+    assert slurmdata.parse_version(read(data_dir, "version.txt", release).decode()) == (major, minor)
+
+
+@each_release
+def test_release_nodes(data_dir, release):
+    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin", release))}
+    assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
+    pre1 = nodes["pre1"]
+    assert pre1.draining and not pre1.down and pre1.flags == {"DRAIN"}
+    assert pre1.reason == "TogetherPreemptionNotified: node reclaimed"
+    assert pre1.reason_time is not None and pre1.reason_user == "root"
+    assert nodes["pre4"].down and nodes["pre4"].reason == "hw fault | ecc"
+    assert nodes["std1"].available and nodes["std1"].features == ("standard",)
+
+
+@each_release
+def test_release_jobs(data_dir, release):
+    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_running.bin", release))
+    assert len(jobs) == 5 and all(j.running for j in jobs)
+    train = next(j for j in jobs if j.name == "train | big run")
+    assert train.comment == "slurm-preempt:signal=USR1 with spaces | pipes"
+    assert train.nodes == ("pre1",) and train.features == "preemptible" and train.user == "root"
+    tasks = sorted((j for j in jobs if j.array_task_id), key=lambda j: j.array_task_id)
+    assert [t.array_task_id for t in tasks] == ["0", "1", "2"]
+    # One task runs with the array's own job id: naming it alone would name the whole array.
+    assert [t.job_id == t.array_job_id for t in tasks] == [False, False, True]
+    two = next(j for j in jobs if j.name == "two")
+    assert two.nodes == ("std1", "std2") and two.num_nodes == 2
+
+
+@each_release
+def test_release_requeued_job_waits_begintime(data_dir, release):
+    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin", release))
+    train = next(j for j in jobs if j.name == "train | big run")
+    assert train.pending and train.reason == "BeginTime" and train.restart_count == 1 and train.nodes == ()
+    # SubmitTime is reset to the requeue; the job may start cred_expire + 1 s later (whole seconds: ±1).
+    assert 120 <= (train.eligible_time - train.submit_time).total_seconds() <= 122
+
+
+@each_release
+def test_release_hostile_output_stays_data(data_dir, release):
+    found = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin", release))
+    jobs = sorted(found, key=lambda j: int(j.job_id))  # squeue's order differs between releases
+    assert [(j.user, j.nodes) for j in jobs] == [("sp-alice", ("pre2",)), *[("sp-mallory", ("pre1",))] * 2]
+    victim = jobs[0].job_id
+    assert jobs[1].comment.startswith("slurm-preempt:signal=USR1\n" + victim + "\x1f")  # forged: text
+    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin", release))}
+    assert nodes["pre2"].drain and not nodes["pre3"].drain
+
+
+EPILOG_CASES = ("completed", "cancelled", "timeout", "failed", "node_fail", "requeued")
+
+
+def _hook_env(data_dir, release, name):
+    text = (data_dir / f"slurm-{release}" / "hook-env" / f"{name}.env").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@each_release
+def test_release_what_epilog_slurmctld_sees(data_dir, release):
+    """README's table: the exit code EpilogSlurmctld sees for each way a job ends."""
+    envs = {case: _hook_env(data_dir, release, f"epilog_slurmctld_{case}") for case in EPILOG_CASES}
+    seen = {case: env["SLURM_JOB_EXIT_CODE2"] for case, env in envs.items()}
+    # A node failure is told apart from the job's own exit only from 24.11 on (0:1; 22.05: 0:0).
+    node_fail = "0:0" if release == "22.05" else "0:1"
+    assert seen == {
+        "completed": "0:0",
+        "cancelled": "0:0",
+        "timeout": "0:0",
+        "failed": "3:0",
+        "node_fail": node_fail,
+        "requeued": "0:0",
+    }
+    # After `scontrol requeue` the epilog already sees the raised restart count.
+    assert envs["requeued"]["SLURM_JOB_RESTART_COUNT"] == "1"
+
+
+@each_release
+def test_release_prolog_node_list_variable(data_dir, release):
+    env = _hook_env(data_dir, release, "prolog_slurmd")
+    assert env["SLURM_NODELIST"] == "pre1" and env["SLURM_JOB_RESTART_COUNT"] == "0"
+    assert ("SLURM_JOB_NODELIST" in env) == (release != "22.05")  # from 23.02.6
+
+
+@each_release
+def test_release_config(data_dir, release):
+    config = slurmdata.parse_config(read(data_dir, "scontrol_show_config.txt", release).decode())
+    assert config["SLURM_VERSION"].startswith(release + ".")
+    assert config["ClusterName"] == "sptest" and slurmdata.scheduler_parameters(config) == {}
+    # MaxBatchRequeue is a setting from 23.02 (before: fixed at 5).
+    assert config.get("MaxBatchRequeue") == (None if release == "22.05" else "5")
+
+
+def test_scheduler_parameters():
+    config = {"SchedulerParameters": "bf_continue,requeue_delay=10,enable_expedited_requeue"}
+    assert slurmdata.scheduler_parameters(config) == {
+        "bf_continue": "",
+        "requeue_delay": "10",
+        "enable_expedited_requeue": "",
+    }

@@ -9,7 +9,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from clusterutil import wait_for
+from clusterutil import release, wait_for
 from slurm_preempt.cli import main
 from slurm_preempt.errors import ClusterError
 from slurm_preempt.rehearsal import procs
@@ -74,12 +74,13 @@ def test_drain_then_down_requeues_with_restart_count(clean_cluster):
 def test_down_stops_everything_it_started(tmp_path):
     if os.geteuid() != 0:  # pragma: no cover
         pytest.skip("needs root")
-    tc.check_packages()
-    # its own ports, apart from the session cluster's (SP_TEST_PORT and up) and the hooks cluster's (+50)
+    tc.check_packages(release())
+    # its own ports, apart from the session cluster's (SP_TEST_PORT and up), the launch-hold cluster's
+    # (+30) and the hooks cluster's (+50)
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 25
-    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=port)
+    spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=port, slurm=release())
     state = tc.up(spec)
-    env = {**os.environ, "SLURM_CONF": str(spec.conf_path)}
+    env = {**os.environ, **state.env()}
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsleep 300\n")
     from slurm_preempt.slurm.commands import Slurm

@@ -58,6 +58,7 @@ KINDS = (
     "fast_restart",
     "fallback",
     "enforced_requeue",
+    "launch_held",
 )
 
 

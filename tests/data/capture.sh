@@ -6,7 +6,9 @@
 #   SLURM_CONF=/tmp/capture-cluster/etc/slurm.conf bash tests/data/capture.sh tests/data/slurm-22.05
 #
 # Needs root (it drains nodes and submits as the unprivileged users sp-alice and sp-mallory, created
-# when missing) and a cluster with nodes pre1..pre4 and std1..std2 and no jobs. Job ids and times
+# when missing) and a cluster with nodes pre1..pre4 and std1..std2 and no jobs.
+# Other releases: scripts/capture-slurm-data.py --slurm 24.11 (or 26.05) runs this on a cluster of
+# that release, through its commands, and captures what its hooks see too. Job ids and times
 # differ on every run: update the figures in tests/test_slurmdata.py after a new capture.
 set -euo pipefail
 out=${1:?usage: capture.sh OUTPUT_FOLDER}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -9,6 +10,8 @@ import click
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.records import hooks as lib
+from slurm_preempt.records import requeuecheck
+from slurm_preempt.slurm.commands import Slurm
 
 prefix_option = click.option(
     "--prefix",
@@ -85,21 +88,27 @@ def install(prefix, state_dir, log_file, slurm_user, dry_run, edit_conf, as_json
     help="slurm.conf to check [default: $SLURM_CONF or /etc/slurm/slurm.conf].",
 )
 @click.option("--no-dry-run", is_flag=True, help="Do not run the hooks with a fake job.")
+@click.option("--no-slurm", is_flag=True, help="Do not ask slurmctld for its requeue settings.")
 @json_option
-def check(prefix, conf, no_dry_run, as_json):
-    """Verify an installation; exit 1 and say what is wrong when anything is.
+def check(prefix, conf, no_dry_run, no_slurm, as_json):
+    """Verify an installation; exit 1 and say what is wrong when anything is. Notes say what the running
+    Slurm does to requeued jobs (the hold after a requeue, requeue_delay on 25.11+, MaxBatchRequeue).
 
     \b
     Example:
       slurm-preempt hooks check --prefix /etc/slurm --conf /etc/slurm/slurm.conf
     """
     findings = lib.check(prefix, conf, dry_run=not no_dry_run)
+    if not no_slurm:
+        env = {**os.environ, "SLURM_CONF": str(conf)} if conf else None
+        findings += requeuecheck.check(Slurm(timeout=10, env=env))
     bad = [f for f in findings if not f.ok]
     if as_json:
         echo_json({"ok": not bad, "findings": [f.to_json() for f in findings]})
     else:
         for finding in findings:
-            click.echo(f"{'ok  ' if finding.ok else 'FAIL'} {finding.message}")
+            label = "note" if finding.note else "ok  " if finding.ok else "FAIL"
+            click.echo(f"{label} {finding.message}")
         click.echo(f"\n{len(bad)} problem(s) found" if bad else "\nthe hooks are installed correctly")
     if bad:
         raise SystemExit(1)

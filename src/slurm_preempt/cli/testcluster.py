@@ -9,6 +9,7 @@ import click
 from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.rehearsal import testcluster as tc
+from slurm_preempt.rehearsal import versions
 
 dir_option = click.option(
     "--dir",
@@ -53,14 +54,26 @@ def group():
 )
 @click.option("--hooks", is_flag=True, help="Install the prolog/epilog hooks (as `hooks install` does).")
 @click.option("--accounting", is_flag=True, help="Also run slurmdbd with MariaDB so sacct works.")
+@click.option(
+    "--slurm",
+    type=click.Choice(list(versions.RELEASES)),
+    default=versions.SYSTEM,
+    show_default=True,
+    help="Slurm release: the host's packages, or one from a Debian root built once (debootstrap).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but warnings and errors.")
 @json_option
-def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting, quiet, as_json):
+def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting, slurm, quiet, as_json):
     """Start the cluster (safe to run twice) and wait until every node is idle.
+
+    With --slurm 24.11 or 26.05 the daemons and jobs run from a Debian trixie or sid root, built the
+    first time into /var/cache/slurm-preempt/roots (about a minute) and reused; `testcluster env`
+    then puts that release's sinfo, sbatch, scontrol, ... first on PATH.
 
     \b
     Example:
       slurm-preempt testcluster up --dir /tmp/mycluster --preemptible 6
+      slurm-preempt testcluster up --slurm 24.11 --dir /tmp/c24 --port 17200
     """
     spec = tc.ClusterSpec(
         directory=directory.absolute(),
@@ -70,6 +83,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
         port=port,
         hooks=hooks,
         accounting=accounting,
+        slurm=slurm,
     )
     if quiet or as_json:
         _logging.quiet()
@@ -77,7 +91,8 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
     if as_json:
         echo_json(tc.status(spec.directory))
     elif not quiet:
-        click.echo(f"testcluster: ready; to use it from another shell: {tc.env_lines(state)[0]}")
+        lines = [line for line in tc.env_lines(state) if "SLURM_PREEMPT_STATE_DIR" not in line]
+        click.echo(f"testcluster: ready; to use it from another shell: {'; '.join(lines)}")
 
 
 @group.command()
@@ -110,7 +125,10 @@ def status(directory, as_json):
         echo_json(info)
     else:
         state = "running" if info["running"] else "not running"
-        click.echo(f"cluster in {info['directory']}: {state}")
+        release = f"--slurm {info.get('slurm', 'system')}"
+        if info.get("version"):
+            release += f", {info['version']}"
+        click.echo(f"cluster in {info['directory']}: {state} ({release})")
         for proc in info["processes"]:
             click.echo(f"  {proc['role']:<14} pid {proc['pid']:<8} {'up' if proc['alive'] else 'gone'}")
         for node in info["nodes"]:
@@ -135,3 +153,36 @@ def env(directory):
         raise click.ClickException(f"no test cluster in {directory}: run `testcluster up` first")
     for line in tc.env_lines(state):
         click.echo(line)
+
+
+@group.command()
+@click.option(
+    "--build",
+    "build",
+    type=click.Choice([name for name, r in versions.RELEASES.items() if r.suite]),
+    multiple=True,
+    help="Build the root of this release now if it is not there yet (repeatable).",
+)
+@json_option
+def roots(build, as_json):
+    """List the Debian roots that hold other Slurm releases (and build them with --build).
+
+    \b
+    Example:
+      slurm-preempt testcluster roots --build 24.11 --build 26.05
+    """
+    from slurm_preempt.rehearsal import rootbuild
+
+    for name in build:
+        rootbuild.ensure(versions.release(name))
+    found = rootbuild.list_roots()
+    if as_json:
+        echo_json(found)
+        return
+    if not found:
+        click.echo(f"no roots in {rootbuild.CACHE_DIR / 'roots'}")
+    for root in found:
+        click.echo(
+            f"{root['suite']:<8} Slurm {root['slurm']:<9} {root['megabytes']:>5} MB  "
+            f"built in {root['build_seconds']:.0f} s  {root['path']}"
+        )

@@ -19,6 +19,7 @@ the job saved it because it was leaving, so what follows is the job leaving, not
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -126,6 +127,7 @@ class JobHistory:
     accounting: bool = False
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what the watcher could not fix by itself
 
     @property
     def lost_seconds(self) -> float:
@@ -134,6 +136,7 @@ class JobHistory:
     def to_json(self) -> dict:
         return {
             "job_id": self.job_id,
+            "warnings": self.warnings,
             "user": self.user,
             "partition": self.partition,
             "constraints": self.constraints,
@@ -159,6 +162,8 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
+        if event["kind"] == "launch_held":
+            history.ignored_events += not _applied(_add_launch_held, history, attempts, event)
     _finish(attempts)
     history.attempts = attempts
     return history
@@ -173,6 +178,26 @@ def _applied(apply, history: JobHistory, attempts, event: dict) -> bool:
     except (ValueError, TypeError, OverflowError, KeyError, UsageError):
         return False
     return True
+
+
+def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
+    """The watcher's ``launch_held`` event (watch/launchhold.py) as a warning line."""
+    moment = _time(event)
+    when = moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "?"
+    why = "launch failed, held"
+    if event.get("limit") is True:
+        why = "held by Slurm after MaxBatchRequeue failed launches"
+    if event.get("released") is not True:
+        history.warnings.append(f"{when} {why}: left held (released once before, or only an operator may)")
+        return
+    fallback = event.get("fallback")
+    # A sidecar's events come from the job's owner: show only a constraint-like word.
+    shown = isinstance(fallback, str) and _CONSTRAINT.fullmatch(fallback)
+    where = f"moved to {fallback}, " if shown else ""
+    history.warnings.append(f"{when} {why}: {where}released by the watcher")
+
+
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|!-]{1,64}")
 
 
 def _time(event: dict, key: str = "time") -> datetime | None:
@@ -476,6 +501,8 @@ def history_text(history: JobHistory) -> str:
         )
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
+    for warning in history.warnings:
+        lines.append(f"warning: {warning}")
     if history.ignored_events:
         lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
     return "\n".join(lines)

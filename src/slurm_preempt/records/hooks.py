@@ -206,9 +206,10 @@ def _conf_key(line: str) -> str:
 class Finding:
     ok: bool
     message: str
+    note: bool = False  # neither right nor wrong: something an admin should know
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "message": self.message}
+        return {"ok": self.ok, "message": self.message, **({"note": True} if self.note else {})}
 
 
 def check(prefix: Path = DEFAULT_PREFIX, conf: Path | None = None, dry_run: bool = True) -> list[Finding]:

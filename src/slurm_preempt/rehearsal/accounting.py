@@ -4,7 +4,8 @@
 socket and port, root inside the sandbox) and ``slurmdbd`` talking to it, registers the cluster with
 ``sacctmgr``, and points slurm.conf at slurmdbd, so ``sacct -D`` answers for real. Debian packages:
 ``mariadb-server`` and ``slurmdbd`` (scripts/install-slurm.sh installs them with WITH_ACCOUNTING=1).
-The plain cluster does not pay for any of this.
+The plain cluster does not pay for any of this. With another Slurm release (``versions``), slurmdbd and
+sacctmgr are that release's (slurmdbd must be at least as new as slurmctld); MariaDB is the host's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, MissingDependencyError
-from slurm_preempt.rehearsal import procs
+from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal.procs import Started
 
 if TYPE_CHECKING:  # clusterspec renders slurm.conf with conf_lines() below
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # clusterspec renders slurm.conf with conf_lines() below
 log = logging.getLogger(__name__)
 
 REQUIRED = {"mariadbd": "mariadb-server", "mariadb-install-db": "mariadb-server", "slurmdbd": "slurmdbd"}
+HOST_ONLY = ("mariadbd", "mariadb-install-db")  # what another release still takes from the host
 DB_USER, DB_PASS, DB_NAME = "slurm", "sp-test-only", "slurm_acct_db"  # a private, loopback-only database
 
 
@@ -53,14 +55,14 @@ def _which(binary: str) -> str:
     return found
 
 
-def check_packages() -> None:
-    for binary in REQUIRED:
+def check_packages(slurm: str = versions.SYSTEM) -> None:
+    for binary in REQUIRED if slurm == versions.SYSTEM else HOST_ONLY:
         _which(binary)
 
 
 def start(spec: ClusterSpec, env: dict[str, str]) -> list[Started]:
     """Start MariaDB and slurmdbd for ``spec``; return them (the caller stops them with the rest)."""
-    check_packages()
+    check_packages(spec.slurm)
     d = spec.directory
     db_port, dbd_port = ports(spec)
     data, run = d / "mysql", d / "run"
@@ -112,10 +114,13 @@ def start(spec: ClusterSpec, env: dict[str, str]) -> list[Started]:
     )
     _write_dbd_conf(spec, db_port, dbd_port)
     log.info("starting slurmdbd")
-    started.append(procs.start("slurmdbd", [_which("slurmdbd"), "-D"], env, d / "log" / "slurmdbd.out"))
+    slurmdbd = versions.runtime(spec.slurm).daemon_argv("slurmdbd", ["-D"], [d])
+    started.append(procs.start("slurmdbd", slurmdbd, env, d / "log" / "slurmdbd.out"))
     if not procs.wait_until(lambda: _listening(dbd_port), 30, 0.2):
         raise ClusterError(f"slurmdbd did not listen on port {dbd_port}; see {d}/log/slurmdbd.log")
-    _run(["sacctmgr", "-i", "add", "cluster", spec.name], d / "log" / "sacctmgr.log", env, ok_codes=(0, 1))
+    clients = {**env, **versions.client_env(spec.slurm, d, env.get("PATH", procs.SYSTEM_PATH))}
+    register = ["sacctmgr", "-i", "add", "cluster", spec.name]
+    _run(register, d / "log" / "sacctmgr.log", clients, ok_codes=(0, 1))
     return started
 
 

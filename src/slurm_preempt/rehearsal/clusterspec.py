@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, UsageError
 from slurm_preempt.records import hooks
-from slurm_preempt.rehearsal import accounting
+from slurm_preempt.rehearsal import accounting, versions
 from slurm_preempt.rehearsal.procs import Started
 
 DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
@@ -38,6 +40,7 @@ class ClusterSpec:
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
     hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
     accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
+    slurm: str = versions.SYSTEM  # which Slurm release runs it (rehearsal.versions.RELEASES)
 
     def validate(self) -> None:
         if self.standard < 0 or self.preemptible < 0:
@@ -52,6 +55,7 @@ class ClusterSpec:
             raise UsageError(f"port {self.port} is out of range (1025-65000)")
         if self.directory.exists() and not self.directory.is_dir():
             raise UsageError(f"--dir {self.directory} exists and is not a folder")
+        versions.release(self.slurm)
 
     @property
     def node_names(self) -> list[str]:
@@ -99,10 +103,16 @@ class ClusterState:
         return [p for p in self.processes if p.alive]
 
     def env(self) -> dict[str, str]:
-        return {"SLURM_CONF": str(self.spec.conf_path), "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir)}
+        """What points Slurm commands at this cluster (PATH too when it runs another release)."""
+        client = versions.client_env(self.spec.slurm, self.spec.directory, os.environ.get("PATH", ""))
+        return {
+            "SLURM_CONF": str(self.spec.conf_path),
+            "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir),
+            **client,
+        }
 
 
-def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
+def render_conf(spec: ClusterSpec, first_job_id: int, release_lines: Sequence[str] = ()) -> str:
     """slurm.conf for ``spec``."""
     d = spec.directory
     lines = [
@@ -126,11 +136,14 @@ def render_conf(spec: ClusterSpec, first_job_id: int) -> str:
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
+        # A node set DOWN (removed) comes back only when resumed. With 2, Slurm 24.11+ brings a node back
+        # by itself when a reply it sent just before the removal is processed (they queue up to 2 s).
+        "ReturnToService=1",
         "MpiDefault=none",
         f"KillWait={spec.kill_wait}",
         # Job ids go on rising across fresh starts, so ledgers of earlier runs never collide.
         f"FirstJobId={first_job_id}",
+        *release_lines,
     ]
     port = spec.port + 1
     for feature, prefix, count in (
@@ -187,4 +200,9 @@ def save_state(state: ClusterState) -> None:
 
 
 def env_lines(state: ClusterState) -> list[str]:
-    return [f"export {key}={value}" for key, value in state.env().items()]
+    """``export`` lines for a shell; PATH keeps the shell's own after the release's commands."""
+    env = state.env()
+    quoted = {key: shlex.quote(value) for key, value in env.items()}
+    if "PATH" in env:
+        quoted["PATH"] = f'{shlex.quote(env["PATH"].split(":", 1)[0])}:"$PATH"'
+    return [f"export {key}={value}" for key, value in quoted.items()]

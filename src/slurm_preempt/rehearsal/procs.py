@@ -137,6 +137,25 @@ def with_env(name: str, value: str) -> list[psutil.Process]:
     return found
 
 
+def mount_namespace(proc: psutil.Process | None = None) -> str | None:
+    """The mount namespace of ``proc`` (this process when None), e.g. ``mnt:[4026531841]``."""
+    try:
+        return os.readlink(f"/proc/{proc.pid if proc else 'self'}/ns/mnt")
+    except OSError:
+        return None
+
+
+def in_mount_namespaces(namespaces: set[str]) -> list[psutil.Process]:
+    """Live processes in any of ``namespaces`` (a node of another Slurm release runs in its own)."""
+    if not namespaces:
+        return []
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid != os.getpid() and _running(proc) and mount_namespace(proc) in namespaces:
+            found.append(proc)
+    return found
+
+
 def listening_under(name: str, folder: Path) -> list[psutil.Process]:
     """Processes called ``name`` with a unix socket under ``folder``.
 

@@ -4,7 +4,9 @@ One munged, one slurmctld and one ``slurmd -N NAME`` per node, all as root, ever
 key and socket, state, spool, logs) under one folder, on ports of its own so it never meets a real
 Slurm. Nodes carry the features ``standard`` or ``preemptible`` and may declare more CPUs than the
 host has (``SlurmdParameters=config_overrides``), so many small jobs fit. Its shape, slurm.conf and
-``cluster.json`` are in ``clusterspec.py``; this module starts, stops, removes and revives.
+``cluster.json`` are in ``clusterspec.py``; this module starts, stops, removes and revives. By default it
+runs the host's Slurm; ``slurm="24.11"`` or ``"26.05"`` runs that release from a Debian root built once in
+a cache folder (``versions``, ``slurmroot``).
 
 Each daemon is started in the foreground of its own session and remembered by pid and creation time
 in ``cluster.json``; ``down`` stops exactly those. Each slurmd is started with
@@ -25,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from slurm_preempt.durable import write_atomic
-from slurm_preempt.errors import ClusterError, MissingDependencyError, SlurmError, UsageError
+from slurm_preempt.errors import ClusterError, SlurmError, UsageError
 from slurm_preempt.records import hooks
-from slurm_preempt.rehearsal import accounting, procs
+from slurm_preempt.rehearsal import accounting, procs, versions
 from slurm_preempt.rehearsal.clusterspec import (
     DEFAULT_DIR,
     DEFAULT_PORT,
@@ -59,32 +61,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Binaries and the Debian package that brings each (Debian 13 names them slurmd-wlm etc. behind
-# alternatives, which still answer to these names).
-REQUIRED = {
-    "munged": "munge",
-    "slurmctld": "slurmctld",
-    "slurmd": "slurmd",
-    "sinfo": "slurm-client",
-}
 
-
-def check_packages() -> None:
-    """Raise MissingDependencyError naming the Debian packages to install."""
-    missing = sorted({pkg for binary, pkg in REQUIRED.items() if not procs.which(binary)})
-    if missing:
-        raise MissingDependencyError(
-            f"Slurm packages missing: {' '.join(missing)}; install them with "
-            f"`apt-get install {' '.join(missing)}` or run scripts/install-slurm.sh"
-        )
-
-
-def _which(binary: str) -> str:
-    found = procs.which(binary)
-    if found is None:
-        check_packages()
-        raise MissingDependencyError(f"{binary} is not installed")
-    return found
+def check_packages(slurm: str = versions.SYSTEM) -> None:
+    """Raise MissingDependencyError naming what to install (for another release: build its root)."""
+    versions.runtime(slurm).check()
 
 
 def _daemon_env(spec: ClusterSpec) -> dict[str, str]:
@@ -102,7 +82,6 @@ def _daemon_env(spec: ClusterSpec) -> dict[str, str]:
 def up(spec: ClusterSpec, timeout: float = 90.0) -> ClusterState:
     """Start the cluster (or find it already running) and wait until every node is idle."""
     spec.validate()
-    check_packages()
     if os.geteuid() != 0:
         raise ClusterError("the test cluster runs slurmd, which needs root: run it as root")
     existing = load_state(spec.directory) if spec.directory.is_dir() else None
@@ -156,12 +135,15 @@ def _check_ports(spec: ClusterSpec) -> None:
 
 
 def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
+    runtime = versions.runtime(spec.slurm)
+    runtime.check()  # builds the release's root the first time
     began = time.monotonic()
     _check_ports(spec)
     _prepare_dirs(spec)
     d = spec.directory
+    runtime.prepare_clients(d)
     first_job_id = 1000 + int(time.time() // 2) % 30_000_000
-    write_atomic(spec.conf_path, render_conf(spec, first_job_id))
+    write_atomic(spec.conf_path, render_conf(spec, first_job_id, runtime.conf_lines()))
     if spec.hooks:  # the same code path as `slurm-preempt hooks install`
         hooks.install(d / "etc", spec.state_dir)
     state = ClusterState(spec=spec, started_at=time.time())
@@ -172,16 +154,19 @@ def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
         state.processes.append(
             procs.start(
                 "munged",
-                [
-                    _which("munged"),
-                    "-F",
-                    "--force",
-                    f"--socket={sock}",
-                    f"--key-file={d}/munge/munge.key",
-                    f"--log-file={d}/log/munged.log",
-                    f"--pid-file={d}/munge/munged.pid",
-                    f"--seed-file={d}/munge/munged.seed",
-                ],
+                runtime.daemon_argv(
+                    "munged",
+                    [
+                        "-F",
+                        "--force",
+                        f"--socket={sock}",
+                        f"--key-file={d}/munge/munge.key",
+                        f"--log-file={d}/log/munged.log",
+                        f"--pid-file={d}/munge/munged.pid",
+                        f"--seed-file={d}/munge/munged.seed",
+                    ],
+                    [d],
+                ),
                 env,
                 d / "log" / "munged.out",
             )
@@ -192,9 +177,8 @@ def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
             state.processes += accounting.start(spec, env)
             save_state(state)
         log.info("starting slurmctld")
-        state.processes.append(
-            procs.start("slurmctld", [_which("slurmctld"), "-D"], env, d / "log" / "slurmctld.out")
-        )
+        slurmctld = runtime.daemon_argv("slurmctld", ["-D"], [d])
+        state.processes.append(procs.start("slurmctld", slurmctld, env, d / "log" / "slurmctld.out"))
         save_state(state)
         slurm = Slurm(env={**os.environ, **state.env()}, timeout=10)
         _await(slurm.ping, 30, "slurmctld did not answer", state)
@@ -216,7 +200,7 @@ def _start_slurmd(state: ClusterState, name: str, env: dict[str, str]) -> Starte
     d = state.spec.directory
     return procs.start(
         f"slurmd:{name}",
-        [_which("slurmd"), "-D", "-N", name],
+        versions.runtime(state.spec.slurm).daemon_argv("slurmd", ["-D", "-N", name], [d]),
         {**env, "SP_TESTCLUSTER_NODE": name},
         d / "log" / f"slurmd-{name}.out",
     )
@@ -305,8 +289,14 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
         for p in procs.with_env("SP_TESTCLUSTER_NODE", name)
         if procs.environ_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
     ]
-    steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
-    killed = procs.kill_now(slurmd) + procs.kill_now(steps)
+    namespaces = {ns for ns in map(procs.mount_namespace, slurmd) if ns and ns != procs.mount_namespace()}
+    killed = procs.kill_now(slurmd)
+    # A job that just started may have a slurmstepd forked but not yet listening: look twice. On another
+    # release each node runs in a mount namespace of its own, which holds exactly its processes.
+    for _ in range(2):
+        steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
+        killed += procs.kill_now(steps) + procs.kill_now(procs.in_mount_namespaces(namespaces))
+        time.sleep(0.2)
     Slurm(env={**os.environ, **state.env()}).set_down([name], reason)
     return killed
 
@@ -330,7 +320,7 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
         node = next(iter(slurm.nodes([name])), None)
         if node is not None and node.available:
             return True
-        try:  # with ReturnToService=2 a registering node may come back by itself; else resume it
+        try:  # a registering node may come back by itself (not when it was set DOWN); else resume it
             slurm.resume([name])
         except SlurmError:
             log.debug("scontrol resume %s failed; trying again", name, exc_info=True)
@@ -365,8 +355,19 @@ def status(directory: Path) -> dict:
     return {
         "directory": str(directory),
         "running": running,
+        "slurm": state.spec.slurm,
+        "version": _version(state) if running else None,
         "conf": str(state.spec.conf_path),
         "ready_seconds": state.ready_seconds,
         "processes": processes,
         "nodes": nodes,
     }
+
+
+def _version(state: ClusterState) -> str | None:
+    """What the cluster's own ``sinfo --version`` says (``slurm-wlm 24.11.5``)."""
+    try:
+        return Slurm(env={**os.environ, **state.env()}, timeout=10).run(["sinfo", "--version"]).strip()
+    except SlurmError:
+        log.debug("sinfo --version failed", exc_info=True)
+        return None

@@ -96,8 +96,18 @@ OPTIONS: tuple[Option, ...] = (
         "Log path.",
         "PATTERN",
         default="%x-%j.out",
-        default_text="%x-%j.out, arrays %x-%A_%a.out",
-        details="One stable log, appended to by every attempt: the job id does not change across requeues.",
+        default_text="%x-%j.out, arrays %x-%A_%a.out; on Slurm 25.11+ %x-%j.%r.out",
+        details="One stable log, appended to by every attempt: the job id does not change across requeues. "
+        "On Slurm 25.11+ (see --slurm-version) one log per attempt instead: Slurm puts the restart count "
+        "in place of %r. An --output you give is used as it is.",
+    ),
+    Option(
+        "slurm_version",
+        "The cluster's Slurm release, e.g. 26.05.",
+        "X.Y|auto",
+        default="auto",
+        default_text="auto: sinfo --version",
+        details="Decides the default log name: 25.11+ expands %r (the restart count) in file names.",
     ),
     Option("error", "Separate stderr log.", "PATTERN", default_text="with the output"),
     Option("mail_user", "Mail address for Slurm's mails.", "ADDRESS"),

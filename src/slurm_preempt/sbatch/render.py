@@ -22,6 +22,7 @@ setup, command, announce, sidecar, requeue), or stand alone.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -37,7 +38,7 @@ import jinja2
 from slurm_preempt import __version__
 from slurm_preempt.config import DEFAULT_STATE_DIR, Config
 from slurm_preempt.config import load as load_config
-from slurm_preempt.errors import UsageError
+from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.resources import data_dir
 from slurm_preempt.sbatch.auto_interval import with_learned_figures
 from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, sbatch_quote
@@ -64,11 +65,27 @@ def generate(
     config = config if config is not None else load_config()
     section = config.section("sbatch")
     settings = merge_settings(section, with_learned_figures(cli, section, config.state_dir(), slurm))
+    if str(settings.get("slurm_version") or "auto").lower() == "auto":
+        settings["slurm_version"] = detect_slurm_version()
     spec = build_spec(settings, list(command))
     if not settings.get("torchrun"):
         spec.torchrun = torchrun_executable()
     state_dir = str(config.data.get("state_dir", DEFAULT_STATE_DIR))
     return Generated(spec=spec, script=render(spec, state_dir), template_path=template_path(spec.template))
+
+
+def detect_slurm_version() -> tuple[int, int] | None:
+    """The Slurm release of this host's client commands (``Slurm.version``, which needs no slurm.conf),
+    asked once per process and PATH; None when there is no Slurm here or it does not answer in time."""
+    return _ask_version(os.environ.get("SLURM_CONF"), os.environ.get("PATH", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _ask_version(_conf: str | None, _path: str) -> tuple[int, int] | None:
+    try:
+        return Slurm(timeout=5).version()
+    except (SlurmError, ValueError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -198,10 +215,14 @@ def explain(spec: JobSpec) -> str:
     resume = " ".join(spec.resume_flags) or "(no resume flag: give --resume-flag)"
     watcher = "cluster daemon, or the sidecar this script starts" if spec.sidecar else "cluster daemon"
     where = f"nodes with the feature '{spec.constraint}'" if spec.constraint else "any node (--standard)"
+    logs = (
+        f"each attempt writes a log of its own ({spec.output}: Slurm puts the restart count in place of %r)"
+        if spec.per_attempt_logs
+        else f"--open-mode=append: every attempt writes to the same log ({spec.output})"
+    )
     paras = [
         f"Job {spec.job_name!r} runs `{shlex.join(spec.command)}` on {where}, with --requeue and "
-        f"--open-mode=append: every attempt writes to the same log ({spec.output}), each labelled "
-        "'slurm-preempt: attempt N (restart R) on NODE at TIME'.",
+        f"{logs}, each labelled 'slurm-preempt: attempt N (restart R) on NODE at TIME'.",
         "At a drain: Slurm itself tells the job nothing. "
         + (
             f"The slurm-preempt watcher ({watcher}) "

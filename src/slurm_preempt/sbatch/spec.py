@@ -39,6 +39,7 @@ from slurm_preempt.sbatch.options import (
     positive_int,
 )
 from slurm_preempt.sbatch.optiontable import CONFIG_KEYS, DEFAULTS, LIST_KEYS, SETTING_KEYS
+from slurm_preempt.slurm import features
 
 # ------------------------------------------------------------------------------------------ the spec
 
@@ -83,6 +84,12 @@ class JobSpec:
     nproc_per_node: int = 1
     rdzv_port: int = DEFAULTS["rdzv_port"]
     torchrun: str = "torchrun"
+    slurm_version: tuple[int, int] | None = None  # the cluster's release, when known (--slurm-version)
+
+    @property
+    def per_attempt_logs(self) -> bool:
+        """One log per attempt (``%r`` in the file name), which Slurm expands from 25.11."""
+        return "%r" in self.output and features.has(self.slurm_version, features.RESTART_IN_FILE_NAMES)
 
     @property
     def notice_signal(self) -> str | None:
@@ -198,6 +205,7 @@ def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | Non
         raise UsageError("no command given: put it after --, e.g. slurm-preempt sbatch -- python train.py")
     job_name = check_line("--job-name", s.get("job_name") or default_job_name(command))
     spec = JobSpec(template=template, command=command, job_name=job_name)
+    spec.slurm_version = parse_slurm_version(s.get("slurm_version"))
     _resources(spec, s)
     _placement(spec, s)
     _preemption(spec, s)
@@ -205,6 +213,18 @@ def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | Non
     _torchrun(spec, s)
     _check_template_fit(spec)
     return spec
+
+
+def parse_slurm_version(value: Any) -> tuple[int, int] | None:
+    """``26.05`` (or (26, 5), or ``slurm-wlm 26.05.5``) -> (26, 5); empty or ``none`` -> None."""
+    if value is None or value == "" or str(value).lower() in ("none", "unknown"):
+        return None
+    if isinstance(value, tuple):
+        return (int(value[0]), int(value[1]))
+    match = re.search(r"(\d+)\.(\d+)", str(value))
+    if match is None:
+        raise UsageError(f"--slurm-version {value!r} is not a Slurm release like 24.11 or 26.05")
+    return int(match.group(1)), int(match.group(2))
 
 
 def _resources(spec: JobSpec, s: dict) -> None:
@@ -234,8 +254,10 @@ def _placement(spec: JobSpec, s: dict) -> None:
         spec.constraint = check_pattern("--constraint", s["constraint"], CONSTRAINT_RE, "preemptible&h100")
     if s.get("output"):
         spec.output = check_line("--output", s["output"])
-    elif spec.template == "array":
-        spec.output = "%x-%A_%a.out"  # one log per task, stable across that task's requeues
+    else:
+        if spec.template == "array":
+            spec.output = "%x-%A_%a.out"  # one log per task, stable across that task's requeues
+        spec.output = features.per_attempt_output(spec.output, spec.slurm_version)
     if s.get("error"):
         spec.error = check_line("--error", s["error"])
     if s.get("mail_user"):

@@ -251,6 +251,15 @@ class Slurm:
     def resume(self, names: Iterable[str]) -> None:
         self.update_nodes(names, "RESUME")
 
+    def release(self, job_id: str) -> None:
+        """``scontrol release``: lift a hold (a launch-failure hold: the owner may; the MaxBatchRequeue
+        hold: only an operator)."""
+        self.run(["scontrol", "release", str(job_id)])
+
+    def config(self) -> dict[str, str]:
+        """The running controller's configuration (``scontrol show config``): key -> value text."""
+        return slurmdata.parse_config(self.run(["scontrol", "show", "config"]))
+
     def ping(self) -> bool:
         """True when the controller answers."""
         try:

@@ -45,3 +45,7 @@ class WatcherSlurm(Protocol):
     def update_job(self, job_id: str, **fields: str) -> None:
         """``scontrol update jobid=J key=value ...`` (``starttime=now``, ``features=standard``)."""
         ...
+
+    def release(self, job_id: str) -> None:
+        """``scontrol release``: lift the hold Slurm puts on a job whose launch failed."""
+        ...

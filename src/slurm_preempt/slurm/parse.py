@@ -441,6 +441,23 @@ def _acct_row(cols: list[str], local_tz: timezone | None) -> AcctRecord:
     )
 
 
+def parse_config(output: str) -> dict[str, str]:
+    """``scontrol show config`` (``Key = value`` lines, same on 22.05 to 26.05) -> {key: value}."""
+    found = {}
+    for line in output.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            found[key.strip()] = value.strip()
+    return found
+
+
+def scheduler_parameters(config: dict[str, str]) -> dict[str, str]:
+    """``SchedulerParameters`` as {option: value} (``bf_continue`` -> ``""``)."""
+    text = _text(config.get("SchedulerParameters", ""))
+    pairs = (item.partition("=") for item in text.split(",") if item.strip())
+    return {key.strip(): value.strip() for key, _sep, value in pairs}
+
+
 def parse_version(output: str) -> tuple[int, int]:
     """``slurm 22.05.8`` -> (22, 5); ``slurm-wlm 24.11.5`` -> (24, 11)."""
     for token in output.split():

@@ -68,6 +68,12 @@ class Context:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self.emit({"event": kind, "job_id": job_id, "time": to_text(self.clock()), **fields})
 
+    def note(self, kind: str, job_id: str, **fields: Any) -> None:
+        """Save, record and announce a fact that is no act (nothing to take back)."""
+        self.save()
+        self.record(kind, job_id, **fields)
+        self.announce(kind, job_id, **fields)
+
     @contextmanager
     def recorded(self, kind: str, job_id: str, **fields: Any) -> Iterator[None]:
         """Record, act (the body), announce; an act that raises takes its record back."""

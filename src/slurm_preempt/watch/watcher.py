@@ -10,7 +10,8 @@ nodes:
 1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
 2. ``squeue -w <nodes> -t running,configuring`` only when a node newly started draining (or an
    earlier round on it failed, or its enforcement moment came): one call for all such nodes;
-3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs.
+3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs (and
+   those a failed launch holds: ``launchhold``).
 
 So at most 3 queries, plus the actions: one ``scancel --signal`` per batch of jobs told (a few batches
 side by side) and one ``scontrol update`` per job restarted or moved. Nothing kept from one poll to the
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
-from slurm_preempt.watch import events, sentstate
+from slurm_preempt.watch import events, launchhold, sentstate
 from slurm_preempt.watch.actions import Clock, Context, Emit, LostLease, enforce, enforce_due, restart
 from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.outbox import Outbox
@@ -170,9 +171,10 @@ class Watcher:
             jobs = self._jobs(nodes=names, states=RUNNING_STATES)
             self._act_on_nodes(jobs, due, enforcing, in_flight)
         if self.settings.fast_restart or self.settings.fallback:
-            pending = self._jobs(states="pending")
+            pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
-                restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
+                if not launchhold.handle(self.ctx, job, self.settings.fallback):
+                    restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
                 self.beat()
             self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
