@@ -61,6 +61,7 @@ class FakeJob:
     features: str = ""
     submit_time: datetime | None = None
     eligible_time: datetime | None = None
+    start_time: datetime | None = None  # None: long ago, as far as the watcher cares
     array_job_id: str = ""
     array_task_id: str = ""
     user: str = "root"
@@ -81,6 +82,7 @@ class FakeJob:
             comment=self.comment,
             submit_time=self.submit_time,
             eligible_time=self.eligible_time,
+            start_time=self.start_time,
             array_job_id=self.array_job_id,
             array_task_id=self.array_task_id,
             user=self.user,

@@ -79,6 +79,41 @@ def test_correlated_drain_is_told_in_one_poll_each_job_signalled_once(world):
     assert watcher.poll_once().actions == {}
 
 
+def test_a_job_started_moments_ago_is_signalled_only_once_its_script_could_trap_it(world):
+    """Measured on the cluster: USR1 34 ms after allocation killed the batch shell (WTERMSIG 10) before
+    it installed its trap; the job ended COMPLETED and was never requeued. The notice is written at
+    once, the signal waits for the first poll ``signal_after_start`` seconds after the job's start,
+    and the deadline stays the drain's."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED, start_time=world.clock())  # allocated this second
+    fake.add_job("2", ["pre1"], OPTED, start_time=world.clock() - timedelta(hours=1))
+    watcher = world.watcher(signal_after_start=3.0)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 2, "signal_sent": 1}
+    assert signalled(world) == ["2"]
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)
+    world.clock.advance(2)
+    assert watcher.poll_once().actions == {} and signalled(world) == ["2"]  # 2 s old: not yet
+    world.clock.advance(1)
+    assert watcher.poll_once().actions == {"signal_sent": 1}
+    assert signalled(world) == ["2", "1"] and fake.job("1").signals == ["USR1"]
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)  # the deadline did not move
+    assert world.kinds("1") == ["notice_sent", "signal_sent"]
+    calm = watcher.poll_once()
+    assert calm.actions == {} and calm.queries == 2  # done: its node's jobs are not asked for again
+
+
+def test_a_start_time_in_the_future_holds_a_signal_back_no_longer_than_the_margin(world):
+    """The controller's clock far ahead of the watcher's must not hold a signal back for good."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED, start_time=world.clock() + timedelta(hours=9))
+    watcher = world.watcher(signal_after_start=3.0)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1}
+    world.clock.advance(3)
+    assert watcher.poll_once().actions == {"signal_sent": 1}
+
+
 def test_drain_then_down_is_the_same_event(world):
     fake = world.slurm
     fake.add_job("1", ["pre1"], OPTED)

@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "exclude_reasons": [],
     "enforce": False,
     "enforce_margin": 30.0,
+    # A job allocated moments ago may not have installed its trap yet: its notice is written at once,
+    # its signal waits for the first poll this long after its start (squeue's StartTime, whole seconds:
+    # at least 2 s after the allocation). Its deadline does not move.
+    "signal_after_start": 3.0,
     "fast_restart": True,
     "fallback": True,
     "max_backoff": 60.0,
@@ -81,6 +85,7 @@ class Settings:
     rules: DrainRules = field(default_factory=_default_rules)
     enforce: bool = DEFAULTS["enforce"]
     enforce_margin: float = DEFAULTS["enforce_margin"]
+    signal_after_start: float = DEFAULTS["signal_after_start"]
     fast_restart: bool = DEFAULTS["fast_restart"]
     fallback: bool = DEFAULTS["fallback"]
     max_backoff: float = DEFAULTS["max_backoff"]
@@ -90,13 +95,13 @@ class Settings:
 
     def validate(self) -> None:
         numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
-                   "max_backoff": self.max_backoff, "slurm_timeout": self.slurm_timeout,
-                   "lease_ttl": self.lease_ttl}  # fmt: skip
+                   "signal_after_start": self.signal_after_start, "max_backoff": self.max_backoff,
+                   "slurm_timeout": self.slurm_timeout, "lease_ttl": self.lease_ttl}  # fmt: skip
         bad = [key for key, value in numbers.items() if not math.isfinite(value)]
         if bad:  # nan polled in a busy loop, inf crashed the loop's wait
             raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
-        if self.grace < 0 or self.enforce_margin < 0:
-            raise UsageError("grace and enforce margin must be >= 0 seconds")
+        if self.grace < 0 or self.enforce_margin < 0 or self.signal_after_start < 0:
+            raise UsageError("grace, enforce margin and signal_after_start must be >= 0 seconds")
         if self.interval <= 0 or self.slurm_timeout <= 0:
             raise UsageError("the poll interval and the Slurm timeout must be > 0 seconds")
         if self.crash_after < 1:
@@ -133,6 +138,7 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             rules=DrainRules.from_strings(values["feature"], values["reasons"], values["exclude_reasons"]),
             enforce=bool(values["enforce"]),
             enforce_margin=float(values["enforce_margin"]),
+            signal_after_start=float(values["signal_after_start"]),
             fast_restart=bool(values["fast_restart"]),
             fallback=bool(values["fallback"]),
             max_backoff=float(values["max_backoff"]),

@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurm_preempt import optin
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
@@ -114,6 +115,7 @@ class Watcher:
         self._queries = 0
         self._source_failures: dict[str, int] = {}
         self._last_answer: dict[str, list[Drain]] = {}
+        self._young_since: dict[str, datetime] = {}  # jobs whose signal waits: since when (our clock)
         self._save_failed = False
 
     # ------------------------------------------------------------------------------------ one round
@@ -256,9 +258,12 @@ class Watcher:
         pairs = []
         for job in jobs:
             pairs += self._what_to_tell(job, mine[job.job_id])
+        young = {job.job_id for job, _event, may_signal in pairs if may_signal and self._too_young(job)}
+        self._young_since = {j: t for j, t in self._young_since.items() if j in young}
+        pairs = [(job, event, may_signal and job.job_id not in young) for job, event, may_signal in pairs]
         failed: set[str] = set()
         if pairs:
-            retry = tell_many(self.ctx, self.outbox, pairs, in_flight)
+            retry = tell_many(self.ctx, self.outbox, pairs, in_flight) | young  # signalled on a later poll
             failed = {e.node for job in jobs if job.job_id in retry for e in mine[job.job_id]}
         for event in due:
             event.handled = event.node not in failed
@@ -287,6 +292,22 @@ class Watcher:
         # Told already in this attempt, but this deadline is earlier: a new notice, no second signal.
         self._mark_told(job, first, _event_id(first), _deadline(first), ("signal",))
         return [(job, first, False)]
+
+    def _too_young(self, job: Job) -> bool:
+        """Started less than ``signal_after_start`` ago: its batch script may not trap the signal yet
+        (a USR1 34 ms after the allocation killed bash, and the job ended COMPLETED, never requeued).
+        Its notice is written now; its node stays open, so the next poll asks again and signals it."""
+        if job.start_time is None or not optin.parse(job.comment).signal:
+            return False
+        now, margin = self.clock(), self.settings.signal_after_start
+        # StartTime is the controller's clock: one far behind ours would hold the signal back for good,
+        # so it waits at most `margin` of our own clock too.
+        since = self._young_since.setdefault(job.job_id, now)
+        age = (now - job.start_time).total_seconds()
+        if age >= margin or (now - since).total_seconds() >= margin:
+            return False
+        log.info("job %s started %.0f s ago: its signal waits for its script to set up", job.job_id, age)
+        return True
 
     def _mark_told(
         self, job: Job, event: NodeEvent, told: str, when: datetime, acts: tuple[str, ...]
