@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import wait_for, wait_signal_age
 from slurm_preempt import ledger
 from slurm_preempt.notice import notice_path, read_notice
 from slurm_preempt.optin import OptIn
@@ -93,7 +93,7 @@ def _ready(cluster, job_id):
     job = cluster.wait_state(job_id, "RUNNING")
     started = f"start {job.restart_count} "
     wait_for(lambda: any(r.startswith(started) for r in _records(cluster, job_id)), 30, what="the trap")
-    return job
+    return wait_signal_age(cluster.slurm, job_id)  # signalled at the first poll (else at a later one)
 
 
 def _drain(cluster, nodes, reason=REASON):
