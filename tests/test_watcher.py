@@ -261,6 +261,7 @@ def test_drain_then_down_then_back_is_one_event_then_a_new_one(clean_cluster, tm
     cl.revive_node(node)
     restarted.poll_once()
     assert node not in restarted.sent.events  # back in service: the event is over
+    _ready(cl, job_id)  # its trap set again (a signal before it would end the job)
     _drain(cl, again.nodes)
     assert restarted.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}  # a new event
     assert _kinds(cl.spec.state_dir, job_id).count("notice_sent") == 2
