@@ -10,7 +10,8 @@
    slurmd behind them. CPU per poll (watcher + the Slurm commands it runs) against the bare
    ``sinfo`` query it makes, and queries per poll against the 6-node cluster.
 
-Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and 17690 and stops it.
+Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and 17660.. (from
+$SP_BENCH_PORT when set, to run beside another engineer's bench) and stops it.
 """
 
 from __future__ import annotations
@@ -31,18 +32,19 @@ from slurm_preempt.rehearsal import procs  # noqa: E402
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
 from slurm_preempt.slurm import parse as slurmdata  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
+from slurm_preempt.watch.loop import run as run_loop  # noqa: E402
 from slurm_preempt.watch.sentstate import SentState  # noqa: E402
 from slurm_preempt.watch.settings import Settings  # noqa: E402
-from slurm_preempt.watch.watcher import NODE_STATES, Watcher  # noqa: E402
-from slurm_preempt.watch.watcher import run as run_loop  # noqa: E402
+from slurm_preempt.watch.watcher import NODE_STATES, Watcher, load_sent, state_path  # noqa: E402
 
-SMALL_DIR = Path("/tmp/watcher-bench-small")
-BIG_DIR = Path("/tmp/watcher-bench-10k")
+PORT = int(os.environ.get("SP_BENCH_PORT", "17640"))
+SMALL_DIR = Path(f"/tmp/watcher-bench-small-{PORT}")
+BIG_DIR = Path(f"/tmp/watcher-bench-10k-{PORT}")
 REASON = "TogetherPreemptionNotified: bench"
 JOB = """#!/bin/bash
 trap 'date +%s.%N >> {work}/usr1-$SLURM_JOB_ID' USR1
 echo start >> {work}/start-$SLURM_JOB_ID
-while true; do sleep 0.05; done
+while true; do sleep 300 & wait $!; done
 """
 
 
@@ -78,7 +80,7 @@ class SmallCluster:
 
     def __enter__(self):
         tc.down(SMALL_DIR)
-        spec = tc.ClusterSpec(directory=SMALL_DIR, port=17640, standard=2, preemptible=4, cpus=16)
+        spec = tc.ClusterSpec(directory=SMALL_DIR, port=PORT, standard=2, preemptible=4, cpus=16)
         self.state = tc.up(spec, timeout=120)
         os.environ.update(self.state.env())
         self.work = SMALL_DIR / "work"
@@ -93,7 +95,7 @@ class SmallCluster:
 
     def start_watcher(self, **settings):
         values = {"grace": 60.0, "interval": 1.0, **settings}
-        self.watcher = Watcher(Slurm(timeout=20), Settings(**values), SentState(), self.state.spec.state_dir)
+        self.watcher = production_watcher(self.state.spec.state_dir, Settings(**values))
         self.stop = threading.Event()
         self.thread = threading.Thread(target=run_loop, args=(self.watcher,), kwargs={"stop": self.stop})
         self.thread.start()
@@ -102,11 +104,19 @@ class SmallCluster:
         self.stop.set()
         self.thread.join(30)
 
-    def submit(self, node: str) -> str:
-        args = [f"--chdir={self.work}", "--requeue", "--output=/dev/null", f"--nodelist={node}"]
+    def submit(self, node: str | None) -> str:
+        """One job on ``node`` (None: on any preemptible node); returns once it runs."""
+        where = f"--nodelist={node}" if node else "--constraint=preemptible"
+        args = [f"--chdir={self.work}", "--requeue", "--output=/dev/null", where]
         job_id = self.slurm.submit(str(self.script), [*args, "--comment=slurm-preempt:signal=USR1"])
         _wait(lambda: (self.work / f"start-{job_id}").exists(), 30)
         return job_id
+
+
+def production_watcher(state_dir: Path, settings: Settings) -> Watcher:
+    """As `slurm-preempt watch --cluster` makes it: state on disk, signals sent by detached helpers."""
+    sent = load_sent(state_path(state_dir))
+    return Watcher(Slurm(timeout=20), settings, sent, state_dir, detached=True)
 
 
 def notice_latency(cluster: SmallCluster, drains: int) -> list[float]:
@@ -129,16 +139,23 @@ def notice_latency(cluster: SmallCluster, drains: int) -> list[float]:
 
 
 def resume_after_requeue(cluster: SmallCluster, runs: int) -> list[float]:
-    pre = [n for n in cluster.state.spec.node_names if n.startswith("pre")]
+    """As in a preemption: the node drains, the watcher tells the job, the job requeues itself (as the
+    scripts of `slurm-preempt sbatch` do); from that requeue to the job running again elsewhere. The
+    watcher releases only jobs it told to leave a node still away (else Slurm's hold stays)."""
     times = []
-    for i in range(runs):
-        job_id = cluster.submit(pre[i % len(pre)])
+    for _ in range(runs):
+        job_id = cluster.submit(None)
+        node = cluster.slurm.job(job_id).nodes[0]
+        cluster.slurm.drain([node], REASON)
+        _wait(lambda j=job_id: (cluster.work / f"usr1-{j}").exists(), 30)
         starts = cluster.work / f"start-{job_id}"
         began = time.time()
         cluster.slurm.requeue(job_id)
         _wait(lambda p=starts: len(p.read_text().splitlines()) >= 2, 300, 0.05)
         times.append(time.time() - began)
         cluster.slurm.cancel(job_id)
+        cluster.slurm.resume([node])
+        _wait(lambda n=node: n not in cluster.watcher.sent.events, 10)
     return times
 
 
@@ -196,7 +213,8 @@ def correlated_poll(cluster: SmallCluster, per_node: int) -> tuple[int, float]:
     """Correlated preemption: all preemptible nodes drained in one command, then one poll."""
     pre = [n for n in cluster.state.spec.node_names if n.startswith("pre")]
     jobs = [cluster.submit(node) for node in pre for _ in range(per_node)]
-    watcher = Watcher(Slurm(timeout=20), Settings(grace=60.0), SentState(), cluster.state.spec.state_dir)
+    state_dir = cluster.state.spec.state_dir / "correlated"
+    watcher = production_watcher(state_dir, Settings(grace=60.0))
     watcher.poll_once()
     cluster.slurm.drain(pre, REASON)
     began = time.monotonic()
@@ -222,11 +240,11 @@ def start_big() -> list[procs.Started]:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
     d = BIG_DIR
-    node = "NodeHostname=localhost NodeAddr=127.0.0.1 Port=17699 CPUs=1 RealMemory=100 State=UNKNOWN"
+    node = f"NodeHostname=localhost NodeAddr=127.0.0.1 Port={PORT + 29} CPUs=1 RealMemory=100 State=UNKNOWN"
     conf = [
         "ClusterName=bigbench",
         "SlurmctldHost=localhost(127.0.0.1)",
-        "SlurmctldPort=17690",
+        f"SlurmctldPort={PORT + 20}",
         "SlurmUser=root",
         "AuthType=auth/munge",
         f"AuthInfo=socket={d}/munge/munge.socket",

@@ -55,6 +55,22 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
         time.sleep(interval)
 
 
+def wait_signal_age(slurm: Slurm, job_id: str) -> Job:
+    """Wait until the job started ``signal_after_start`` ago (by the clock the watcher reads): a watcher
+    holds a younger job's signal back to a later poll, since its script may not trap it yet. For tests
+    that expect the signal at the first poll after a drain."""
+    from slurm_preempt.notice import utcnow
+    from slurm_preempt.watch.settings import DEFAULTS
+
+    def old_enough() -> Job | None:
+        job = slurm.job(job_id)
+        if job is None or job.start_time is None:
+            return None
+        return job if (utcnow() - job.start_time).total_seconds() >= DEFAULTS["signal_after_start"] else None
+
+    return wait_for(old_enough, 30, what=f"job {job_id} {DEFAULTS['signal_after_start']:g} s past its start")
+
+
 @contextmanager
 def exported(env: dict[str, str]) -> Iterator[None]:
     """Put a cluster's variables (SLURM_CONF, ...) in os.environ for a while, then restore them."""

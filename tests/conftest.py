@@ -28,6 +28,7 @@ from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.rehearsal import versions
 
 DATA = Path(__file__).parent / "data"
+pytest_plugins = ("watchworld",)  # the in-memory world of the watcher's unit tests (its `world` fixture)
 
 
 CLUSTER_FIXTURES = {"cluster", "clean_cluster"}

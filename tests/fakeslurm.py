@@ -12,6 +12,7 @@ injected ``Clock``: nothing sleeps.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -59,8 +60,11 @@ class FakeJob:
     restart_count: int = 0
     features: str = ""
     submit_time: datetime | None = None
+    eligible_time: datetime | None = None
+    start_time: datetime | None = None  # None: long ago, as far as the watcher cares
     array_job_id: str = ""
     array_task_id: str = ""
+    user: str = "root"
     signals: list[str] = field(default_factory=list)
 
     @property
@@ -77,8 +81,11 @@ class FakeJob:
             features=self.features,
             comment=self.comment,
             submit_time=self.submit_time,
+            eligible_time=self.eligible_time,
+            start_time=self.start_time,
             array_job_id=self.array_job_id,
             array_task_id=self.array_task_id,
+            user=self.user,
         )
 
 
@@ -91,13 +98,14 @@ class Call:
 class FakeSlurm:
     """Nodes pre1..pre4 (feature ``preemptible``) and std1..std2 (``standard``), no jobs."""
 
-    def __init__(self, clock: Clock, preemptible: int = 4, standard: int = 2):
+    def __init__(self, clock: Clock, preemptible: int = 4, standard: int = 2, keep_calls: int | None = None):
+        """``keep_calls``: remember only the last N calls (a soak test of 100,000 polls)."""
         self.clock = clock
         names = [(f"pre{i}", "preemptible") for i in range(1, preemptible + 1)]
         names += [(f"std{i}", "standard") for i in range(1, standard + 1)]
         self.node_table = {name: FakeNode(name, (feature,)) for name, feature in names}
         self.job_table: dict[str, FakeJob] = {}
-        self.calls: list[Call] = []
+        self.calls: deque[Call] = deque(maxlen=keep_calls)
         self.refused: dict[str, str] = {}  # display id -> why scancel cannot signal it
         self.on_signal: Callable[[list[str]], None] = lambda _ids: None
         self._failures: dict[str, list[BaseException]] = {}
@@ -166,10 +174,11 @@ class FakeSlurm:
         job_ids: Iterable[str] | None = None,
         nodes: Iterable[str] | None = None,
         states: str | None = None,
+        user: str | None = None,
     ) -> list[Job]:
         ids = set(job_ids or ())
         on = set(nodes or ())
-        self._enter("jobs", job_ids=tuple(sorted(ids)), nodes=tuple(sorted(on)), states=states)
+        self._enter("jobs", job_ids=tuple(sorted(ids)), nodes=tuple(sorted(on)), states=states, user=user)
         # squeue shows active jobs by default, and every state when given job ids.
         wanted = {s.upper() for s in states.split(",")} if states else (None if ids else ACTIVE)
         with self._lock:
@@ -179,6 +188,7 @@ class FakeSlurm:
                 if (not ids or job.job_id in ids)
                 and (not on or on & set(job.nodes))
                 and (wanted is None or "ALL" in wanted or job.state in wanted)
+                and (user is None or job.user == user)
             ]
 
     def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:

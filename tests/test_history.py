@@ -234,3 +234,33 @@ def test_an_attempt_whose_prolog_never_ran_keeps_its_own_end():
     with_acct = history.build("5", events, rows).attempts[1]
     assert with_acct.start == T0 + timedelta(seconds=17) and with_acct.end == T0 + timedelta(seconds=24.4)
     assert round(with_acct.lost_seconds, 1) == 1.4
+
+
+class _Slurm:
+    """Answers the two questions history asks about an array task: squeue (``job``), sacct."""
+
+    def __init__(self, job=None, rows=()):
+        self.answer, self.rows = job, list(rows)
+
+    def job(self, _job_id):
+        return self.answer
+
+    def accounting(self, _ids):
+        return self.rows
+
+
+def test_history_of_an_array_task_named_a_t(tmp_path):
+    """The hooks and the watcher file a task's ledger under its own job id; `history A_T` finds it."""
+    from slurm_preempt import ledger
+    from slurm_preempt.errors import UsageError
+    from slurm_preempt.slurm.parse import Job
+
+    ledger.record(tmp_path, "41", "attempt_start", source="hook", hook="prolog", restart_count=0, node="pre1")
+    ledger.record(tmp_path, "41", "attempt_end", source="hook", hook="epilog_slurmctld", restart_count=0)
+    running = _Slurm(job=Job("41", "RUNNING", array_job_id="40", array_task_id="2"))
+    found = history.run_history("40_2", tmp_path, use_sacct=False, slurm=running)
+    assert found.job_id == "41" and len(found.attempts) == 1
+    ended = _Slurm(rows=[AcctRecord(job_id="41", display_id="40_2", state="COMPLETED")])
+    assert history.run_history("40_2", tmp_path, slurm=ended).job_id == "41"
+    with pytest.raises(UsageError, match="cannot tell which job array task 40_2 is"):
+        history.run_history("40_2", tmp_path, slurm=_Slurm())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import wait_for, wait_signal_age
 from hostileusers import ALICE, MALLORY, ensure_user
 from slurm_preempt.notice import read_notice
 from slurm_preempt.slurm import parse as slurmdata
@@ -59,6 +59,7 @@ def test_hostile_jobs_on_a_drained_node_never_steer_the_root_watcher(clean_clust
     )  # fmt: skip
     for job_id in [victim, bystander, *hostile]:
         cl.wait_state(job_id, "RUNNING", timeout=60)
+        wait_signal_age(cl.slurm, job_id)  # or its signal waits for a later poll (this is one poll)
     cl.slurm.drain(["pre1"], REASON)
 
     state = tmp_path / "state"

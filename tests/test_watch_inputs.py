@@ -13,7 +13,7 @@ from slurm_preempt.watch.settings import DEFAULTS, merged, settings_from
 from slurm_preempt.watch.watcher import load_sent
 
 
-@pytest.mark.parametrize("key", ["interval", "grace", "enforce_margin", "max_backoff"])
+@pytest.mark.parametrize("key", ["interval", "grace", "enforce_margin", "signal_after_start", "max_backoff"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_nan_and_inf_seconds_are_refused_at_start(key, value):
     """Finding 9: interval = nan polled in a busy loop, inf crashed the loop."""

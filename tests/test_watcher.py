@@ -14,17 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import wait_for, wait_signal_age
 from slurm_preempt import ledger
 from slurm_preempt.notice import notice_path, read_notice
 from slurm_preempt.optin import OptIn
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
-from slurm_preempt.watch import actions, sentstate
+from slurm_preempt.watch import actions, sentstate, tell
+from slurm_preempt.watch.loop import run
+from slurm_preempt.watch.outbox import Outbox
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.settings import Settings
 from slurm_preempt.watch.sources import DrainRules
-from slurm_preempt.watch.watcher import Watcher, run, state_path
+from slurm_preempt.watch.watcher import Watcher, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: watcher test"
@@ -91,7 +93,7 @@ def _ready(cluster, job_id):
     job = cluster.wait_state(job_id, "RUNNING")
     started = f"start {job.restart_count} "
     wait_for(lambda: any(r.startswith(started) for r in _records(cluster, job_id)), 30, what="the trap")
-    return job
+    return wait_signal_age(cluster.slurm, job_id)  # signalled at the first poll (else at a later one)
 
 
 def _drain(cluster, nodes, reason=REASON):
@@ -202,7 +204,7 @@ def test_drain_tells_signals_restarts_across_watcher_kill(clean_cluster, tmp_pat
     drained = next(iter(cl.slurm.nodes(["pre1"])))
     assert notice.node == "pre1" and notice.deadline == drained.reason_time + timedelta(seconds=20)
     assert cl.job(plain).state == "RUNNING"  # not opted in: notice file only, never a signal
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
 
 
 @pytest.mark.cluster
@@ -259,6 +261,7 @@ def test_drain_then_down_then_back_is_one_event_then_a_new_one(clean_cluster, tm
     cl.revive_node(node)
     restarted.poll_once()
     assert node not in restarted.sent.events  # back in service: the event is over
+    _ready(cl, job_id)  # its trap set again (a signal before it would end the job)
     _drain(cl, again.nodes)
     assert restarted.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}  # a new event
     assert _kinds(cl.spec.state_dir, job_id).count("notice_sent") == 2
@@ -299,7 +302,7 @@ def test_gone_job_is_logged_not_raised(clean_cluster, caplog):
     cl.slurm.cancel(job_id)
     wait_for(lambda: cl.job(job_id) is None or cl.job(job_id).state not in ("RUNNING", "COMPLETING"), 20)
     ctx = actions.Context(Slurm(), SentState(), None)
-    assert actions.tell(ctx, job, NodeEvent(job.nodes[0], NOW, REASON, "slurm", 20.0))
+    assert tell.tell(ctx, Outbox(None, ctx.slurm), job, NodeEvent(job.nodes[0], NOW, REASON, "slurm", 20.0))
     assert any("ended before" in line for line in _lines(caplog))
 
 
@@ -319,9 +322,10 @@ def test_sidecar_alone_gets_a_job_through_a_drain(clean_cluster):
     requeued = wait_for(lambda: (j := cl.job(job_id)) and j.restart_count == 1 and j, 30, what="requeue")
     assert requeued.state in ("PENDING", "REQUEUED", "COMPLETING", "RUNNING")
     assert (cl.workdir / f"ckpt-{job_id}").exists()
+    # Recorded before it was sent: the signal ends the job, and the sidecar with it, at once.
     assert _kinds(cl.spec.state_dir, job_id) == ["notice_sent", "signal_sent"]
     saved = json.loads(Path(side_state).read_text())
-    assert saved["told"][f"{job_id}|{node}"]["signal"]
+    assert saved["told"][f"{job_id}|{node}"]["notice"]  # saved before the signal
 
 
 def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
@@ -332,7 +336,7 @@ def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
     watcher = Watcher(Slurm(), Settings(), sent, blocked)
     job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
     event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
-    assert not actions.tell(watcher.ctx, job, event)  # retried on the next poll
+    assert not tell.tell(watcher.ctx, watcher.outbox, job, event)  # retried on the next poll
     watcher.ctx.dirty = True
     watcher._save()
     watcher._save()

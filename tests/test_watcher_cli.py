@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from apiserver import ApiServer
-from clusterutil import wait_for
+from clusterutil import wait_for, wait_signal_age
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import UsageError
@@ -71,6 +71,7 @@ def test_together_source_tells_the_job_and_never_shows_the_token(clean_cluster, 
     cl = clean_cluster
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--nodelist=pre2")
     cl.wait_state(job_id, "RUNNING")
+    wait_signal_age(cl.slurm, job_id)
     event_time = datetime.now(timezone.utc).replace(microsecond=0)
     with ApiServer(token=TOKEN) as server:
         server.events = [
@@ -126,6 +127,7 @@ def test_enforcement_requeues_a_job_still_running_at_the_deadline(clean_cluster)
     cl = clean_cluster
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--constraint=preemptible")
     node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    wait_signal_age(cl.slurm, job_id)
     settings = Settings(grace=4, enforce=True, enforce_margin=2, fast_restart=False, fallback=False)
     watcher = Watcher(Slurm(), settings, SentState(), cl.spec.state_dir)
     _drain(cl, [node])
@@ -146,6 +148,7 @@ def test_sidecar_hears_aws_spot_notice_from_metadata(clean_cluster):
     cl = clean_cluster
     job_id = _submit(cl, _script(cl, "record.sh", RECORD_SCRIPT), OPTED, "--constraint=preemptible")
     node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    wait_signal_age(cl.slurm, job_id)
     with ApiServer() as server:
         aws = AwsSpotSource(node, base_url=server.base_url, timeout=1)
         watcher = Watcher(Slurm(), Settings(grace=120), SentState(), cl.spec.state_dir, [aws], job_id=job_id)
@@ -174,7 +177,7 @@ def _documented_defaults() -> dict[str, str]:
 def _as_written(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, float):
+    if isinstance(value, (int, float)):
         return f"{value:g}"
     if isinstance(value, list):
         return f"`{json.dumps(value)}`"

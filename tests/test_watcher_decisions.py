@@ -6,70 +6,19 @@ rule of who is told what, when and how often, runs in milliseconds and without s
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, field
+import os
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from fakeslurm import T0, Clock, FakeSlurm
+from fakeslurm import T0
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
-from slurm_preempt.notice import Notice, notice_path, read_notice
-from slurm_preempt.watch.settings import Settings
-from slurm_preempt.watch.sources import Drain, SourceError
-from slurm_preempt.watch.watcher import Watcher, load_sent, run, state_path
-
-OPTED = "slurm-preempt:signal=USR1"
-REASON = "TogetherPreemptionNotified: reclaimed"
-GRACE = 300.0
-
-
-@dataclass
-class World:
-    clock: Clock
-    slurm: FakeSlurm
-    state_dir: Path
-
-    def watcher(self, job_id: str | None = None, sources=(), **settings) -> Watcher:
-        """A watcher whose state is loaded from disk: a second one is a restarted watcher."""
-        sent = load_sent(state_path(self.state_dir, job_id))
-        values = {"grace": GRACE, **settings}
-        return Watcher(
-            self.slurm, Settings(**values), sent, self.state_dir, sources, job_id=job_id, clock=self.clock
-        )
-
-    def kinds(self, job_id: str) -> list[str]:
-        return [e["kind"] for e in ledger.events(self.state_dir, job_id)]
-
-    def notice(self, job_id: str) -> Notice | None:
-        return read_notice(notice_path(self.state_dir, job_id))
-
-
-@pytest.fixture
-def world(tmp_path) -> World:
-    clock = Clock()
-    return World(clock, FakeSlurm(clock), tmp_path / "state")
-
-
-@dataclass
-class ListSource:
-    """A provider API whose answer the test sets; ``failing`` makes it raise."""
-
-    name: str = "together"
-    drains: list[Drain] = field(default_factory=list)
-    failing: bool = False
-
-    def fetch(self) -> list[Drain]:
-        if self.failing:
-            raise SourceError("https://api.example/v1 answered HTTP 500")
-        return list(self.drains)
-
-
-def _signalled(world: World) -> list[str]:
-    return [i for call in world.slurm.called("signal_many") for i in call["job_ids"]]
-
+from slurm_preempt.watch.sources import Drain
+from slurm_preempt.watch.watcher import state_path
+from watchworld import GRACE, OPTED, REASON, ListSource, signalled
 
 # ---------------------------------------------------------------------------------------- telling
 
@@ -99,7 +48,7 @@ def test_drain_tells_every_job_on_the_node_once_and_signals_only_opted_in(world)
     assert world.kinds("3") == ["notice_sent"] and world.kinds("1") == ["notice_sent", "signal_sent"]
     calm = watcher.poll_once()
     assert calm.actions == {} and calm.queries == 2  # nothing told twice, no query of the nodes' jobs
-    assert _signalled(world) == ["1", "2"]
+    assert signalled(world) == ["1", "2"]
 
 
 def test_every_notice_is_written_before_any_signal(world):
@@ -125,9 +74,44 @@ def test_correlated_drain_is_told_in_one_poll_each_job_signalled_once(world):
     fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
     result = watcher.poll_once()
     assert result.actions == {"notice_sent": 24, "signal_sent": 16} and result.queries == 3
-    assert sorted(_signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
+    assert sorted(signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
     assert len(fake.called("signal_many")) > 1
     assert watcher.poll_once().actions == {}
+
+
+def test_a_job_started_moments_ago_is_signalled_only_once_its_script_could_trap_it(world):
+    """Measured on the cluster: USR1 34 ms after allocation killed the batch shell (WTERMSIG 10) before
+    it installed its trap; the job ended COMPLETED and was never requeued. The notice is written at
+    once, the signal waits for the first poll ``signal_after_start`` seconds after the job's start,
+    and the deadline stays the drain's."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED, start_time=world.clock())  # allocated this second
+    fake.add_job("2", ["pre1"], OPTED, start_time=world.clock() - timedelta(hours=1))
+    watcher = world.watcher(signal_after_start=3.0)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 2, "signal_sent": 1}
+    assert signalled(world) == ["2"]
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)
+    world.clock.advance(2)
+    assert watcher.poll_once().actions == {} and signalled(world) == ["2"]  # 2 s old: not yet
+    world.clock.advance(1)
+    assert watcher.poll_once().actions == {"signal_sent": 1}
+    assert signalled(world) == ["2", "1"] and fake.job("1").signals == ["USR1"]
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)  # the deadline did not move
+    assert world.kinds("1") == ["notice_sent", "signal_sent"]
+    calm = watcher.poll_once()
+    assert calm.actions == {} and calm.queries == 2  # done: its node's jobs are not asked for again
+
+
+def test_a_start_time_in_the_future_holds_a_signal_back_no_longer_than_the_margin(world):
+    """The controller's clock far ahead of the watcher's must not hold a signal back for good."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED, start_time=world.clock() + timedelta(hours=9))
+    watcher = world.watcher(signal_after_start=3.0)
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1}
+    world.clock.advance(3)
+    assert watcher.poll_once().actions == {"signal_sent": 1}
 
 
 def test_drain_then_down_is_the_same_event(world):
@@ -184,6 +168,54 @@ def test_job_on_two_draining_nodes_is_told_once_with_the_earliest_deadline(world
     assert fake.job("1").signals == ["USR1"]
 
 
+def test_a_later_drain_of_another_node_never_tells_the_job_again_nor_postpones_its_deadline(world):
+    """Bug: when the job's second node drained in a LATER poll, the job was told again, and its notice
+    overwritten with the later deadline (06:05:00 -> 06:06:00, USR1 twice)."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    world.clock.advance(60)
+    fake.drain(["pre2"], REASON)
+    later = watcher.poll_once()
+    assert later.new_events == ["pre2"] and later.actions == {}
+    assert world.notice("1").deadline == T0 + timedelta(seconds=GRACE)  # 06:05:00, not 06:06:00
+    assert fake.job("1").signals == ["USR1"] and world.kinds("1") == ["notice_sent", "signal_sent"]
+    restarted = world.watcher()  # also after a restart of the watcher
+    assert restarted.poll_once().actions == {} and fake.job("1").signals == ["USR1"]
+
+
+def test_a_later_event_with_an_earlier_deadline_rewrites_the_notice_without_a_second_signal(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    provider = ListSource(drains=[])
+    watcher = world.watcher(sources=[provider])
+    fake.drain(["pre1"], REASON)  # deadline T0 + 300
+    watcher.poll_once()
+    world.clock.advance(60)
+    provider.drains = [Drain("pre2", "provider", world.clock(), "together", 30.0)]  # deadline T0 + 90
+    assert watcher.poll_once().actions == {"notice_sent": 1}
+    assert world.notice("1").deadline == T0 + timedelta(seconds=90) and world.notice("1").node == "pre2"
+    assert fake.job("1").signals == ["USR1"]
+    assert watcher.poll_once().actions == {}
+
+
+def test_a_job_requeued_and_running_elsewhere_is_told_again_in_its_new_attempt(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    fake.requeue_by_job("1")
+    watcher.poll_once()  # fast restart: pre1 is still drained
+    fake.start("1", ["pre3"])
+    world.clock.advance(30)
+    fake.drain(["pre3"], REASON)  # pre1's event is still open, but this is a new attempt
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert world.notice("1").node == "pre3" and fake.job("1").signals == ["USR1", "USR1"]
+
+
 def test_sources_of_one_node_keep_the_earliest_drain(world):
     fake = world.slurm
     fake.add_job("1", ["pre3"], OPTED)
@@ -224,7 +256,7 @@ def test_scancel_naming_one_job_retries_that_job_only(world, caplog):
     assert any("job 2: signal USR1 failed, will retry" in r.getMessage() for r in caplog.records)
     del fake.refused["2"]
     assert watcher.poll_once().actions == {"signal_sent": 1}
-    assert _signalled(world) == ["1", "2", "3", "2"]
+    assert signalled(world) == ["1", "2", "3", "2"]
     assert [fake.job(j).signals for j in ("1", "2", "3")] == [["USR1"]] * 3
 
 
@@ -362,6 +394,34 @@ def test_enforcement_requeues_opted_in_jobs_still_running_near_the_deadline(worl
     assert world.kinds("1") == ["notice_sent", "signal_sent", "enforced_requeue"]
 
 
+def test_a_failed_enforced_requeue_is_retried(world):
+    """Bug: a failed enforced requeue (a Slurm error other than "job gone") was never retried, because
+    the event was marked enforced either way."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10, fast_restart=False, fallback=False)
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    world.clock.advance(50)
+    fake.fail_next("requeue", SlurmError(["scontrol", "requeue", "1"], 1, "slurm_requeue error: Unexpected"))
+    assert watcher.poll_once().actions == {}
+    assert "enforced_requeue" not in world.kinds("1")  # the record of a failed act is taken back
+    assert watcher.poll_once().actions == {"enforced_requeue": 1}
+    assert fake.job("1").state == "PENDING" and len(fake.called("requeue")) == 2
+    assert watcher.poll_once().actions == {}
+
+
+def test_a_job_on_two_enforcing_nodes_is_requeued_once(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher(grace=60, enforce=True, enforce_margin=10, fast_restart=False, fallback=False)
+    fake.drain(["pre1", "pre2"], REASON)
+    watcher.poll_once()
+    world.clock.advance(50)
+    assert watcher.poll_once().actions == {"enforced_requeue": 1}
+    assert fake.called("requeue") == [{"job_id": "1"}]
+
+
 # ---------------------------------------------------------------------------------------- sources, modes
 
 
@@ -410,7 +470,7 @@ def test_sidecar_tells_only_its_own_job_and_ends_with_it(world):
     assert sidecar.poll_once().new_events == []  # not its node
     fake.drain(["pre1"], REASON)
     assert sidecar.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
-    assert _signalled(world) == ["7"] and world.notice("8") is None
+    assert signalled(world) == ["7"] and world.notice("8") is None
     assert state_path(world.state_dir, "7").exists()
     fake.requeue_by_job("7")  # pending: not running any more
     assert sidecar.poll_once().job_ended
@@ -442,53 +502,78 @@ def test_array_tasks_are_named_a_t_in_every_action(world):
     assert world.kinds("100") == kinds
 
 
-# ---------------------------------------------------------------------------------------- the loop
+# ---------------------------------------------------------------------------------------- modes, start-up
 
 
-class CountingStop:
-    """A stop event whose ``wait`` returns at once, noting how long it was asked to wait."""
-
-    def __init__(self, rounds: int):
-        self.rounds = rounds
-        self.waits: list[float] = []
-
-    def wait(self, seconds: float) -> bool:
-        self.waits.append(seconds)
-        return len(self.waits) >= self.rounds
-
-
-def test_loop_backs_off_and_logs_an_unexpected_error_with_its_traceback_at_debug(world, caplog):
-    caplog.set_level(logging.DEBUG, logger="slurm_preempt")
+def test_a_users_watcher_asks_and_acts_only_for_that_users_jobs(world):
     fake = world.slurm
-    fake.fail_next("nodes", times=2)
-    fake.fail_next("jobs", RuntimeError("boom"))
-    watcher = world.watcher(interval=10, max_backoff=60)
-    stop = CountingStop(rounds=5)
-    assert run(watcher, stop=stop) == 0
-    # sinfo fails twice, the pending squeue raises a bug, then two good polls
-    assert stop.waits == pytest.approx([20, 40, 60, 10, 10], abs=5)
-    records = [r for r in caplog.records if r.name == "slurm_preempt.watch.watcher"]
-    assert [r.levelname for r in records] == ["WARNING", "WARNING", "ERROR", "DEBUG"]
-    assert "retry 2" in records[1].getMessage()
-    assert records[2].getMessage() == "unexpected RuntimeError: boom; carrying on"
-    assert records[2].exc_info is None and records[3].exc_info is not None
+    fake.add_job("1", ["pre1"], OPTED, user="alice")
+    fake.add_job("2", ["pre1"], OPTED, user="bob")
+    fake.add_job("3", [], OPTED, user="bob", restart_count=1, reason="BeginTime")
+    watcher = world.watcher(user="alice")
+    fake.drain(["pre1"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert {c["user"] for c in fake.called("jobs")} == {"alice"}
+    assert signalled(world) == ["1"] and world.notice("2") is None
+    assert state_path(world.state_dir, user="alice").exists()
+    fake.requeue_by_job("1")
+    assert watcher.poll_once().actions == {"fast_restart": 1}  # an owner may release its own job
+    assert fake.called("update_job") == [{"job_id": "1", "starttime": "now"}]
 
 
-def test_loop_ends_when_the_sidecars_job_ends(world):
-    watcher = world.watcher(job_id="5")  # no such job
-    stop = CountingStop(rounds=99)
-    assert run(watcher, stop=stop) == 0 and stop.waits == []
+def test_start_up_after_an_earlier_run_logs_the_events_it_left_once_in_one_line(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    earlier = world.watcher()
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    earlier.poll_once()  # then it stops; the nodes come back while no watcher runs
+    fake.resume(["pre1", "pre2", "pre3", "pre4"])
+    caplog.clear()
+    fresh = world.watcher()
+    for _ in range(3):
+        fresh.poll_once()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["4 drain event(s) left open by an earlier run are over: pre1, pre2, pre3, pre4"]
+    fake.drain(["pre2"], REASON)
+    fresh.poll_once()
+    fake.resume(["pre2"])
+    caplog.clear()
+    fresh.poll_once()
+    fresh.poll_once()
+    assert [r.getMessage() for r in caplog.records] == [
+        "node pre2: back in service or drained anew; its event is over"
+    ]
 
 
-def test_poll_result_json_names_what_was_done(world):
+def test_fallback_pending_counts_from_when_the_job_became_eligible(world):
+    """A requeue resets SubmitTime (22.05 and 24.11), and the ~121 s BeginTime hold after it is not a
+    lack of capacity: the pending time starts at EligibleTime when that is later."""
+    fake = world.slurm
+    comment = f"{OPTED} slurm-preempt:fallback-pending=100 slurm-preempt:fast-restart=0"
+    job = fake.add_job("1", [], comment, features="preemptible", restart_count=1, reason="BeginTime")
+    job.eligible_time = T0 + timedelta(seconds=121)  # held until then
+    watcher = world.watcher()
+    world.clock.advance(120)
+    assert watcher.poll_once().actions == {}  # 120 s since the requeue, but held all along
+    world.clock.advance(100)
+    assert watcher.poll_once().actions == {}  # eligible 99 s
+    world.clock.advance(1)
+    assert watcher.poll_once().actions == {"fallback": 1}
+
+
+def test_a_state_file_of_another_user_is_not_believed(world, caplog):
+    """It could say that every job was told: a watcher would then tell none."""
     world.slurm.add_job("1", ["pre1"], OPTED)
     world.slurm.drain(["pre1"], REASON)
-    got = world.watcher().poll_once().to_json()
-    assert got == {
-        "event": "poll",
-        "queries": 3,
-        "draining": ["pre1"],
-        "new_events": ["pre1"],
-        "actions": {"notice_sent": 1, "signal_sent": 1},
-        "job_ended": False,
+    path = state_path(world.state_dir)
+    path.parent.mkdir(parents=True)
+    planted = {
+        "version": 2,
+        "events": {},
+        "told": {"1|pre1": {"event_id": "x", "notice": "x", "signal": "x"}},
     }
+    path.write_text(json.dumps(planted))
+    os.chown(path, 65534, 65534)
+    assert world.watcher().poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert any("belongs to uid 65534" in r.getMessage() for r in caplog.records)

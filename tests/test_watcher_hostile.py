@@ -37,8 +37,9 @@ class SqueueBytes(FakeSlurm):
 
     def _record(self, job: Job) -> bytes:
         name, comment = self.raw.get(job.job_id, (b"", job.comment.encode()))
+        # Submitted, started, eligible before the fake's T0.
         head = [job.job_id, job.job_id, "N/A", job.state, ",".join(job.nodes) or "(null)", "0", "u", "batch",
-                "1", "1796139096", "1796139096", "1796139096"]  # fmt: skip
+                "1", "1796100000", "1796100000", "1796100000"]  # fmt: skip
         texts = [job.reason.encode(), job.features.encode(), name, comment]
         out = b"".join(field.encode() + SEP for field in head)
         for (_key, width), text in zip(slurmdata.JOB_TEXT_FIELDS, texts, strict=True):

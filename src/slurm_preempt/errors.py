@@ -86,6 +86,11 @@ class JobGoneError(SlurmError):
     """The job named no longer exists (it ended between a query and an action)."""
 
 
+class WatcherError(SlurmPreemptError):
+    """The drain watcher gave up (the same unexpected error poll after poll): exit so a supervisor
+    restarts it."""
+
+
 class CheckpointError(SlurmPreemptError):
     """A checkpoint could not be saved or no valid one could be loaded."""
 

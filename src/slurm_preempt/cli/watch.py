@@ -1,9 +1,12 @@
-"""``slurm-preempt watch``: the drain watcher (cluster daemon, per-job sidecar, or one poll)."""
+"""``slurm-preempt watch``: the drain watcher (cluster daemon, a user's own watcher, per-job sidecar,
+or one poll)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import pwd
 import signal
 import sys
 import threading
@@ -14,7 +17,7 @@ import click
 
 from slurm_preempt.cli import _logging
 from slurm_preempt.watch import settings as watchconfig
-from slurm_preempt.watch.watcher import run
+from slurm_preempt.watch.loop import run
 
 log = logging.getLogger(__name__)
 DEFAULTS = watchconfig.DEFAULTS
@@ -27,6 +30,9 @@ def _emit_json(event: dict[str, Any]) -> None:
 
 @click.command()
 @click.option("--cluster", "mode", flag_value="cluster", help="Watch every node (daemon, admins).")
+@click.option(
+    "--user", "mode", flag_value="user", help="Watch every node for your own jobs only (no admin rights)."
+)
 @click.option("--sidecar", "mode", flag_value="sidecar", help="Watch only the nodes of --job (users).")
 @click.option("--job", "job_id", metavar="JOBID", help="The job a sidecar watches ($SLURM_JOB_ID).")
 @click.option("--once", is_flag=True, help="Poll once and exit (cron, tests).")
@@ -60,17 +66,23 @@ def command(
     """Watch for draining preemptible nodes; tell their jobs (notice file + signal for jobs that opted
     in), restart requeued jobs at once, move often-preempted jobs to standard nodes.
 
+    --cluster is the admins' daemon (every job); --user is the same for your own jobs, run without
+    admin rights (on a login node, as a systemd user service, or as a small job on a standard node):
+    the path for users on clusters whose admins installed nothing. Two watchers of the same kind may
+    share one state folder (two hosts): one acts, the other stands by and takes over if it dies.
+
     Log lines go to stderr, each with its UTC time (-v adds debug lines); with --json each action is
     also a JSON line on stdout.
 
     \b
     Example:
       slurm-preempt watch --cluster --interval 2          # daemon on a standard node
+      slurm-preempt watch --user                          # your own jobs, no admin rights
       slurm-preempt watch --sidecar --job "$SLURM_JOB_ID" --grace 300 &   # in a job script
       slurm-preempt watch --cluster --once --json         # one poll, for cron
     """
     if mode is None:
-        raise click.UsageError("choose --cluster (daemon) or --sidecar --job JOBID")
+        raise click.UsageError("choose --cluster (daemon), --user (your own jobs) or --sidecar --job JOBID")
     if (mode == "sidecar") != bool(job_id):
         raise click.UsageError("--job goes with --sidecar, and --sidecar needs --job")
     _logging.stamp_lines()  # a watcher's log is read later (journald, a file): every line says when
@@ -80,6 +92,8 @@ def command(
     watcher = watchconfig.build(
         overrides,
         job_id=job_id,
+        # Who we are, not who $USER says: Slurm decides what this uid may do to which job.
+        user=pwd.getpwuid(os.getuid()).pw_name if mode == "user" else None,
         config_file=config_file,
         state_dir=state_dir,
         allow_preemptible_host=allow_preemptible_host,
@@ -88,6 +102,8 @@ def command(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    what = f"job {job_id}" if job_id else "the cluster"
+    what = {"cluster": "the cluster", "user": f"the jobs of {watcher.user}"}.get(mode, f"job {job_id}")
     log.info("watching %s every %g s, grace %g s", what, watcher.settings.interval, watcher.settings.grace)
     run(watcher, stop=stop, once=once, on_poll=_emit_json if (as_json and once) else (lambda _r: None))
+    if not once:
+        log.info("stopped; the lease is free" if watcher.lease else "stopped")

@@ -418,17 +418,44 @@ def accounting_rows(slurm, job_ids: list[str], chunk: int = 500) -> dict[str, li
     return found
 
 
-def run_history(job_id: str, state_dir: Path | str | None = None, use_sacct: bool = True) -> JobHistory:
-    """What ``slurm-preempt history`` shows: state folder from the option, env or config."""
+def run_history(
+    job_id: str, state_dir: Path | str | None = None, use_sacct: bool = True, slurm=None
+) -> JobHistory:
+    """What ``slurm-preempt history`` shows: state folder from the option, env or config. ``A_T`` (an
+    array task) is looked up first: its ledger is filed under the task's own job id."""
     from slurm_preempt import config
     from slurm_preempt.errors import UsageError
     from slurm_preempt.slurm.commands import Slurm
 
     folder = Path(state_dir) if state_dir else config.load().state_dir()
-    found = load(job_id, folder, Slurm() if use_sacct else None)
+    slurm = slurm or Slurm()
+    if "_" in job_id:
+        task = job_id
+        job_id = task_job_id(task, slurm, use_sacct) or ""
+        if not job_id:
+            raise UsageError(
+                f"cannot tell which job array task {task} is: Slurm no longer shows it and accounting does "
+                "not answer; give the task's own job id (JobIDRaw in sacct, JobId in its output file)"
+            )
+    found = load(job_id, folder, slurm if use_sacct else None)
     if not found.attempts:
         raise UsageError(f"no attempt of job {job_id} recorded in {folder} (are the hooks installed?)")
     return found
+
+
+def task_job_id(task: str, slurm, use_sacct: bool = True) -> str | None:
+    """The job id of array task ``A_T`` (the hooks and the watcher file its ledger under that id): from
+    squeue while Slurm shows the job, else from sacct."""
+    from slurm_preempt.errors import SlurmError
+
+    try:
+        job = slurm.job(task)
+        if job is not None and job.display_id == task:
+            return job.job_id
+        rows = slurm.accounting([task]) if use_sacct else []
+    except SlurmError:
+        return None
+    return next((row.job_id for row in rows if row.display_id == task), None)
 
 
 def _clock(moment: datetime | None) -> str:

@@ -147,8 +147,9 @@ class Slurm:
         job_ids: Iterable[str] | None = None,
         nodes: Iterable[str] | None = None,
         states: str | None = None,
+        user: str | None = None,
     ) -> list[Job]:
-        """Jobs filtered by ids, nodes and states, in one ``squeue`` call."""
+        """Jobs filtered by ids, nodes, states and user, in one ``squeue`` call."""
         argv = ["squeue", "-h", "-O", slurmdata.format_arg(slurmdata.JOB_FIELDS, slurmdata.JOB_TEXT_FIELDS)]
         wanted = _job_names(job_ids or [])
         if wanted:
@@ -157,6 +158,8 @@ class Slurm:
             argv += ["-w", _nodes(nodes)]
         if states:
             argv += ["-t", states]
+        if user:
+            argv += ["-u", user]
         try:
             return slurmdata.parse_jobs(self.run_bytes(argv))
         except JobGoneError:

@@ -27,8 +27,10 @@ class WatcherSlurm(Protocol):
         job_ids: Iterable[str] | None = None,
         nodes: Iterable[str] | None = None,
         states: str | None = None,
+        user: str | None = None,
     ) -> list[Job]:
-        """``squeue``: jobs with these ids, on these nodes, in these states (e.g. ``running,configuring``)."""
+        """``squeue``: jobs with these ids, on these nodes, in these states (e.g. ``running,configuring``),
+        of this user (a user's own watcher)."""
         ...
 
     def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:

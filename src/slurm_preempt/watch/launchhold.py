@@ -73,10 +73,12 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
             why,
             shown,
         )
-        ctx.did("launch_held", job.job_id, limit=limit, released=False, restart_count=job.restart_count)
+        ctx.note("launch_held", job.job_id, limit=limit, released=False, restart_count=job.restart_count)
         return True
+    ctx.save()  # this hold is dealt with, before anything is done about it
     moved = _move(ctx, job, wish) if fallback else None
-    error = _release(ctx, shown)
+    fields = {"limit": limit, "fallback": moved, "restart_count": job.restart_count}
+    error = _release(ctx, job, fields)
     if error is None and moved:
         record["launch_moved"] = job.restart_count
         _start_now(ctx, job)
@@ -85,14 +87,7 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
         log.warning("job %s: %s; %sreleased", shown, why, where)
     else:
         log.warning("job %s: %s; could not release it (%s): an operator must", shown, why, error)
-    ctx.did(
-        "launch_held",
-        job.job_id,
-        limit=limit,
-        released=error is None,
-        fallback=moved,
-        restart_count=job.restart_count,
-    )
+        ctx.note("launch_held", job.job_id, released=False, **fields)
     return True
 
 
@@ -111,6 +106,7 @@ def _move(ctx: Context, job: Job, wish: optin.OptIn) -> str | None:
     if job.features == wish.fallback_to:
         return None
     try:
+        ctx.check_lease()
         ctx.slurm.update_job(job.display_id, features=wish.fallback_to)
     except SlurmError as exc:
         log.warning("job %s: fallback to %s failed: %s", job.display_id, wish.fallback_to, exc)
@@ -120,14 +116,18 @@ def _move(ctx: Context, job: Job, wish: optin.OptIn) -> str | None:
 
 def _start_now(ctx: Context, job: Job) -> None:
     try:
+        ctx.check_lease()
         ctx.slurm.update_job(job.display_id, starttime="now")
     except SlurmError as exc:
         log.warning("job %s: start time not set, will retry: %s", job.display_id, exc)
 
 
-def _release(ctx: Context, job_id: str) -> str | None:
+def _release(ctx: Context, job: Job, fields: dict) -> str | None:
+    """Recorded before it is made (``_released_before`` reads it): a watcher killed right after the
+    release must not release the job a second time."""
     try:
-        ctx.slurm.release(job_id)
+        with ctx.recorded("launch_held", job.job_id, released=True, **fields):
+            ctx.slurm.release(job.display_id)
     except SlurmError as exc:
         return str(exc)
     return None

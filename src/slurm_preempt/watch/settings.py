@@ -22,6 +22,7 @@ from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
+from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.sources import (
     AWS_BASE,
     DEFAULT_TOGETHER_BASE,
@@ -47,10 +48,16 @@ DEFAULTS: dict[str, Any] = {
     "exclude_reasons": [],
     "enforce": False,
     "enforce_margin": 30.0,
+    # A job allocated moments ago may not have installed its trap yet: its notice is written at once,
+    # its signal waits for the first poll this long after its start (squeue's StartTime, whole seconds:
+    # at least 2 s after the allocation). Its deadline does not move.
+    "signal_after_start": 3.0,
     "fast_restart": True,
     "fallback": True,
     "max_backoff": 60.0,
     "slurm_timeout": 15.0,
+    "crash_after": 3,
+    "lease_ttl": 30.0,
     "sources": ["slurm"],
     "api_base_url": DEFAULT_TOGETHER_BASE,
     "cluster_id": "",
@@ -78,20 +85,34 @@ class Settings:
     rules: DrainRules = field(default_factory=_default_rules)
     enforce: bool = DEFAULTS["enforce"]
     enforce_margin: float = DEFAULTS["enforce_margin"]
+    signal_after_start: float = DEFAULTS["signal_after_start"]
     fast_restart: bool = DEFAULTS["fast_restart"]
     fallback: bool = DEFAULTS["fallback"]
     max_backoff: float = DEFAULTS["max_backoff"]
+    slurm_timeout: float = DEFAULTS["slurm_timeout"]
+    crash_after: int = DEFAULTS["crash_after"]
+    lease_ttl: float = DEFAULTS["lease_ttl"]
 
     def validate(self) -> None:
         numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
-                   "max_backoff": self.max_backoff}  # fmt: skip
+                   "signal_after_start": self.signal_after_start, "max_backoff": self.max_backoff,
+                   "slurm_timeout": self.slurm_timeout, "lease_ttl": self.lease_ttl}  # fmt: skip
         bad = [key for key, value in numbers.items() if not math.isfinite(value)]
         if bad:  # nan polled in a busy loop, inf crashed the loop's wait
             raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
-        if self.grace < 0 or self.enforce_margin < 0:
-            raise UsageError("grace and enforce margin must be >= 0 seconds")
-        if self.interval <= 0:
-            raise UsageError("the poll interval must be > 0 seconds")
+        if self.grace < 0 or self.enforce_margin < 0 or self.signal_after_start < 0:
+            raise UsageError("grace, enforce margin and signal_after_start must be >= 0 seconds")
+        if self.interval <= 0 or self.slurm_timeout <= 0:
+            raise UsageError("the poll interval and the Slurm timeout must be > 0 seconds")
+        if self.crash_after < 1:
+            raise ConfigError("[watch] crash_after must be 1 or more")
+        # The holder cannot beat while it waits for one Slurm command: a shorter lease would pass to
+        # the standby whenever Slurm is slow.
+        if self.lease_ttl <= self.slurm_timeout:
+            raise ConfigError(
+                f"[watch] lease_ttl ({self.lease_ttl:g}) must be longer than "
+                f"slurm_timeout ({self.slurm_timeout:g})"
+            )
 
 
 def merged(section: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,9 +138,13 @@ def settings_from(values: Mapping[str, Any]) -> Settings:
             rules=DrainRules.from_strings(values["feature"], values["reasons"], values["exclude_reasons"]),
             enforce=bool(values["enforce"]),
             enforce_margin=float(values["enforce_margin"]),
+            signal_after_start=float(values["signal_after_start"]),
             fast_restart=bool(values["fast_restart"]),
             fallback=bool(values["fallback"]),
             max_backoff=float(values["max_backoff"]),
+            slurm_timeout=float(values["slurm_timeout"]),
+            crash_after=int(values["crash_after"]),
+            lease_ttl=float(values["lease_ttl"]),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"[watch] a number is not a number: {exc}") from None
@@ -196,12 +221,14 @@ def build(
     overrides: Mapping[str, Any],
     *,
     job_id: str | None = None,
+    user: str | None = None,
     config_file: Path | None = None,
     state_dir: Path | None = None,
     allow_preemptible_host: bool = False,
     emit: Emit = lambda _e: None,
 ) -> Watcher:
-    """A ready watcher: config searched (or ``config_file``), every setting checked, state loaded."""
+    """A ready watcher: config searched (or ``config_file``), every setting checked, state loaded.
+    ``job_id``: a sidecar; ``user``: that user's own watcher; neither: the cluster daemon."""
     if job_id is not None and not re.fullmatch(r"\d+", str(job_id)):
         raise UsageError(f"--job needs a numeric Slurm job id (the unique id), not {job_id!r}")
     paths = [*configmod.search_path()[:2], config_file] if config_file else None
@@ -212,7 +239,7 @@ def build(
     if job_id is not None and overrides.get("interval") is None:
         values["interval"] = values["sidecar_interval"]
     settings = settings_from(values)
-    slurm = Slurm(timeout=float(values["slurm_timeout"]))
+    slurm = Slurm(timeout=settings.slurm_timeout)
     local_node = None
     if job_id is not None:
         # Inside a job Slurm names the node in SLURMD_NODENAME (on the test cluster every host is localhost).
@@ -221,5 +248,29 @@ def build(
         refuse_preemptible_host(slurm, settings.rules.feature)
     sources = sources_from(values, local_node)
     folder = state_dir_from(conf.state_dir(), state_dir)
-    sent = load_sent(state_path(folder, job_id))
-    return Watcher(slurm, settings, sent, folder, sources, emit=emit, job_id=job_id)
+    path = state_path(folder, job_id, user)
+    if user is not None:
+        check_writable(folder, user)
+    sent = load_sent(path)
+    # A sidecar is alone with its job; the daemon and a user's watcher may run as a pair on two hosts.
+    lease = Lease(path, settings.lease_ttl) if job_id is None else None
+    return Watcher(
+        slurm, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
+        detached=job_id is None,
+    )  # fmt: skip
+
+
+def check_writable(folder: Path, user: str) -> None:
+    """A user's watcher writes notices and its state under ``folder``: say at start if it cannot."""
+    try:
+        for sub in ("notices", "watcher"):
+            (folder / sub).mkdir(parents=True, exist_ok=True)
+            probe = folder / sub / f".probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{user} cannot write the state folder {folder} ({exc.strerror}): set state_dir in "
+            "~/.config/slurm-preempt/config.toml to a folder of yours on shared storage (job scripts made "
+            "by `slurm-preempt sbatch` read the same setting)"
+        ) from None

@@ -1,9 +1,11 @@
 """The drain watcher: notice draining preemptible nodes, tell their jobs, restart requeued jobs fast.
 
-``Watcher.poll_once()`` does one round and returns what it did; ``run()`` is the thin loop around it
-(interval, back-off on a slow or dead controller, stop event). Two modes:
+``Watcher.poll_once()`` does one round and returns what it did; ``watch.loop.run()`` is the loop around
+it (interval, back-off, crash semantics, systemd). Three modes:
 
-Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of nodes:
+Cluster daemon (``job_id`` and ``user`` None), and a user's own watcher (``user`` set: only that user's
+jobs, with nothing but the rights of a job's owner). Slurm queries per poll, whatever the number of
+nodes:
 
 1. ``sinfo -N -t drain,down`` (every drained or down node, with reason and time), always;
 2. ``squeue -w <nodes> -t running,configuring`` only when a node newly started draining (or an
@@ -11,32 +13,38 @@ Cluster daemon (``job_id`` None), Slurm queries per poll, whatever the number of
 3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs (and
    those a failed launch holds: ``launchhold``).
 
-So at most 3 queries, plus the actions: one ``scancel --signal`` for all jobs told (in a few chunks
-run side by side) and one ``scontrol update`` per job restarted or moved.
+So at most 3 queries, plus the actions: one ``scancel --signal`` per batch of jobs told (a few batches
+side by side) and one ``scontrol update`` per job restarted or moved. Nothing kept from one poll to the
+next grows with the number of polls: only what is open now (``SentState``).
 
 Sidecar (``job_id`` set, run by the job itself): ``squeue -j J`` then ``sinfo -n <J's nodes>``; it tells
 only its own job and ends when the job stops running.
+
+Several watchers may share one state file (a pair on two hosts; a restarted one): a ``Lease`` decides
+which one acts; the other stands by, polling nothing but the lease.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_preempt.errors import SlurmError
-from slurm_preempt.notice import deadline, to_text, utcnow
+from slurm_preempt import optin
+from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
-from slurm_preempt.watch import launchhold, sentstate
-from slurm_preempt.watch.actions import Clock, Context, Emit, enforce, enforce_due, restart, tell_many
+from slurm_preempt.watch import events, launchhold, sentstate
+from slurm_preempt.watch.actions import Clock, Context, Emit, LostLease, enforce, enforce_due, restart
+from slurm_preempt.watch.lease import Lease
+from slurm_preempt.watch.outbox import Outbox
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.sources import Drain, Source, SourceError, slurm_drains
+from slurm_preempt.watch.tell import confirm, tell_many
 
 if TYPE_CHECKING:
     from slurm_preempt.watch.settings import Settings
@@ -46,9 +54,6 @@ log = logging.getLogger(__name__)
 NODE_STATES = "drain,down"  # sinfo -t: DRAIN covers DRAINING and DRAINED
 RUNNING_STATES = "running,configuring"  # squeue -t: the jobs still on a node
 ALIVE_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"}
-# A provider event is kept this long past its deadline: the provider's clock and ours may differ a
-# little, and a node still listed as going away must not look like a new event.
-PROVIDER_EVENT_LINGER = timedelta(seconds=60)
 
 
 @dataclass
@@ -58,6 +63,7 @@ class PollResult:
     new_events: list[str] = field(default_factory=list)
     actions: dict[str, int] = field(default_factory=dict)
     job_ended: bool = False  # sidecar: its job stopped running
+    standby: bool = False  # another watcher holds the lease: nothing was asked or done
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,12 +73,15 @@ class PollResult:
             "new_events": self.new_events,
             "actions": self.actions,
             "job_ended": self.job_ended,
+            "standby": self.standby,
         }
 
 
 class Watcher:
     """One watcher: its Slurm (anything with the calls of ``WatcherSlurm``), settings, saved state and
-    extra sources. ``clock`` gives the present moment (tests inject one; nothing here sleeps)."""
+    extra sources. ``clock`` gives the present moment (tests inject one; nothing here sleeps).
+    ``lease`` None: the only watcher of its state. ``detached``: signals sent by helper processes that
+    outlive this one (``watch.outbox``). ``on_beat`` is called between Slurm calls (systemd's watchdog)."""
 
     def __init__(
         self,
@@ -84,17 +93,29 @@ class Watcher:
         emit: Emit = lambda _e: None,
         job_id: str | None = None,
         clock: Clock = utcnow,
+        user: str | None = None,
+        lease: Lease | None = None,
+        detached: bool = False,
+        on_beat: Callable[[], None] = lambda: None,
     ):
         self.slurm = slurm
         self.settings = settings
         self.sent = sent
         self.sources = list(sources)
         self.job_id = job_id
+        self.user = user
         self.clock = clock
-        self.ctx = Context(slurm, sent, state_dir, emit, save=self._save, clock=clock)
+        self.lease = lease
+        self.on_beat = on_beat
+        self.ctx = Context(slurm, sent, state_dir, emit, clock=clock, may_act=self._may_act, save=self._save)
+        # A sidecar ends with its job (which Slurm kills with everything it started): no outbox on disk.
+        folder = Path(f"{sent.path}.outbox") if sent.path is not None and job_id is None else None
+        self.outbox = Outbox(folder, slurm, detached, settings.slurm_timeout, beat=self.beat)
+        self._holding = lease is None
         self._queries = 0
         self._source_failures: dict[str, int] = {}
         self._last_answer: dict[str, list[Drain]] = {}
+        self._young_since: dict[str, datetime] = {}  # jobs whose signal waits: since when (our clock)
         self._save_failed = False
 
     # ------------------------------------------------------------------------------------ one round
@@ -103,17 +124,43 @@ class Watcher:
         """One round. Raises SlurmError when the controller cannot be read (the loop backs off)."""
         self._queries = 0
         self.ctx.counts = {}
+        if not self._hold():
+            return PollResult(standby=True)
         if self.sent.path is not None and not self.sent.path.exists():
             self.ctx.dirty = True  # write it once at start: shows the watcher runs and can save
         now = self.clock()
-        result = self._poll_job(self.job_id, now) if self.job_id else self._poll_cluster(now)
+        try:
+            in_flight = self._leftovers()
+            result = self._poll_job(self.job_id, now) if self.job_id else self._poll_cluster(now, in_flight)
+        except LostLease:
+            log.warning(
+                "%s took over the lease mid-poll; standing by", self.lease.holder() if self.lease else "?"
+            )
+            self._holding = False
+            result = PollResult(standby=True)
         self._save()
         result.queries = self._queries
         result.actions = dict(self.ctx.counts)
         result.draining = sorted(self.sent.events)
         return result
 
-    def _poll_cluster(self, now: datetime) -> PollResult:
+    def beat(self) -> None:
+        """Between Slurm calls and while waiting: renew the lease, ping systemd's watchdog."""
+        if self.lease is not None:
+            self.lease.renew()
+        self.on_beat()
+
+    def beat_every(self) -> float | None:
+        """How often the loop must beat while it waits (None: no need)."""
+        return self.lease.ttl / 4 if self.lease is not None else None
+
+    def release(self) -> None:
+        """A clean stop: a standby may take over at once."""
+        self.outbox.close()
+        if self.lease is not None:
+            self.lease.release()
+
+    def _poll_cluster(self, now: datetime, in_flight: set[str]) -> PollResult:
         result = PollResult()
         # Only drained and down nodes: `sinfo -N` of all 10,000 nodes costs ~2.4 s of CPU, of these ~0.06 s.
         nodes = self._nodes(states=NODE_STATES)
@@ -123,13 +170,15 @@ class Watcher:
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         if due or enforcing:
             names = sorted({e.node for e in due + enforcing})
-            self._act_on_nodes(self._jobs(nodes=names, states=RUNNING_STATES), due, enforcing)
+            jobs = self._jobs(nodes=names, states=RUNNING_STATES)
+            self._act_on_nodes(jobs, due, enforcing, in_flight)
         if self.settings.fast_restart or self.settings.fallback:
             pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
                 if not launchhold.handle(self.ctx, job, self.settings.fallback):
                     restart(self.ctx, job, self.settings.fast_restart, self.settings.fallback, now)
-                self._save()
+                self.beat()
+            self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
         return result
 
@@ -144,94 +193,144 @@ class Watcher:
         result.new_events = self._update_events(drains, set(job.nodes), now)
         due = [e for e in self.sent.events.values() if not e.handled]
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
-        self._act_on_nodes([job], due, enforcing)
+        self._act_on_nodes([job], due, enforcing, set())
         return result
 
     # ------------------------------------------------------------------------------------ queries
 
     def _nodes(self, **query: Any) -> list[Node]:
         self._queries += 1
+        self.beat()
         return self.slurm.nodes(**query)
 
     def _jobs(self, **query: Any) -> list[Job]:
         self._queries += 1
+        self.beat()
+        if self.user is not None and "job_ids" not in query:
+            query["user"] = self.user
         return self.slurm.jobs(**query)
+
+    # ------------------------------------------------------------------------------------ the lease
+
+    def _hold(self) -> bool:
+        if self.lease is None:
+            return True
+        holding = self.lease.hold()
+        if holding and not self._holding:
+            # Taken over (or back): what the other watcher did is in the shared state and outbox.
+            self.sent = sentstate.load(self.sent.path) if self.sent.path else self.sent
+            self.ctx.sent = self.sent
+        self._holding = holding
+        return holding
+
+    def _may_act(self) -> bool:
+        return self.lease is None or self.lease.still_mine()
+
+    def _leftovers(self) -> set[str]:
+        """Signals an earlier watcher (or a slow helper) left in the outbox: confirm them; a failed one
+        reopens its node's event, so its jobs are asked for and told again."""
+        finished, in_flight = self.outbox.leftovers()
+        for item in confirm(self.ctx, finished, {}):
+            if item.node in self.sent.events:
+                self.sent.events[item.node].handled = False
+        self.outbox.finish(finished)
+        return in_flight
 
     # ------------------------------------------------------------------------------------ helpers
 
     def _update_events(self, drains: list[Drain], scope: set[str] | None, now: datetime) -> list[str]:
-        """Start events for nodes newly going away; end those of nodes back in service. The first
-        drain time seen is kept (a later DOWN overwrites Slurm's reason time)."""
-        earliest: dict[str, Drain] = {}
-        for drain in drains:
-            if scope is not None and drain.node not in scope:
-                continue
-            if drain.node not in earliest or drain.drain_time < earliest[drain.node].drain_time:
-                earliest[drain.node] = drain
-        for node in [n for n in self.sent.events if self._over(n, earliest, now)]:
-            log.info("node %s: no longer draining or drained anew; its event is over", node)
-            self.sent.forget_node(node)
+        before = set(self.sent.events)
+        new = events.update(self.sent, drains, scope, now, self.ctx.emit)
+        if new or set(self.sent.events) != before:
             self.ctx.dirty = True
-        new = sorted(n for n in earliest if n not in self.sent.events)
-        for node in new:
-            d = earliest[node]
-            self.sent.events[node] = NodeEvent(node, d.drain_time, d.reason, d.source, d.grace)
-            self.ctx.dirty = True
-            log.info("node %s: going away (%s: %r at %s)", node, d.source, d.reason, to_text(d.drain_time))
-            self.ctx.emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
-                           "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip
         return new
-
-    def _over(self, node: str, current: dict[str, Drain], now: datetime) -> bool:
-        """Slurm events end when Slurm stops reporting the drain; provider events end only once their
-        deadline is past (an API that fails or forgets an event must not make it be told twice)."""
-        if node in current:
-            return self._redrained(current[node])
-        known = self.sent.events[node]
-        if known.source == "slurm":
-            return True
-        return now > deadline(known.drain_time, known.grace) + PROVIDER_EVENT_LINGER
-
-    def _redrained(self, drain: Drain) -> bool:
-        """A drain time other than the one remembered, on a node not DOWN: the node was resumed and
-        drained again while we were not looking (a DOWN overwrites the time of the same event)."""
-        known = self.sent.events[drain.node]
-        return drain.source == known.source and drain.drain_time != known.drain_time and not drain.down
 
     def _enforcing(self, event: NodeEvent, now: datetime) -> bool:
         return self.settings.enforce and enforce_due(event, self.settings.enforce_margin, now)
 
-    def _act_on_nodes(self, jobs: list[Job], due: list[NodeEvent], enforcing: list[NodeEvent]) -> None:
-        failed: set[str] = set()
+    def _act_on_nodes(
+        self, jobs: list[Job], due: list[NodeEvent], enforcing: list[NodeEvent], in_flight: set[str]
+    ) -> None:
         due_nodes = {e.node: e for e in due}
-        # A job on several draining nodes is told once, with the earliest deadline of them.
         mine = {
             j.job_id: sorted((due_nodes[n] for n in j.nodes if n in due_nodes), key=_deadline) for j in jobs
         }
-        pairs = [(job, mine[job.job_id][0]) for job in jobs if mine[job.job_id]]
-        retry = tell_many(self.ctx, pairs)
-        for job, first in pairs:
-            if job.job_id in retry:
-                failed.update(e.node for e in mine[job.job_id])
-                continue
-            for other in mine[job.job_id][1:]:
-                self._mark_told(job.job_id, other, first)
-        self._save()
+        pairs = []
+        for job in jobs:
+            pairs += self._what_to_tell(job, mine[job.job_id])
+        young = {job.job_id for job, _event, may_signal in pairs if may_signal and self._too_young(job)}
+        self._young_since = {j: t for j, t in self._young_since.items() if j in young}
+        pairs = [(job, event, may_signal and job.job_id not in young) for job, event, may_signal in pairs]
+        failed: set[str] = set()
+        if pairs:
+            retry = tell_many(self.ctx, self.outbox, pairs, in_flight) | young  # signalled on a later poll
+            failed = {e.node for job in jobs if job.job_id in retry for e in mine[job.job_id]}
         for event in due:
             event.handled = event.node not in failed
-        for event in enforcing:
-            for job in jobs:
-                if event.node in job.nodes:
-                    enforce(self.ctx, job, event)
-            event.enforced = True
+        self._save()
+        self._enforce(jobs, enforcing)
         self.ctx.dirty = True
 
-    def _mark_told(self, job_id: str, event: NodeEvent, told_with: NodeEvent) -> None:
-        moment = self.clock()
-        told = f"{told_with.node}@{to_text(told_with.drain_time)}"
-        for what in ("notice", "signal"):
-            self.sent.mark(job_id, event.node, what, moment, told)
+    def _what_to_tell(self, job: Job, new: list[NodeEvent]) -> list[tuple[Job, NodeEvent, bool]]:
+        """A job is told once per attempt while an event it was told of is open: with the earliest
+        deadline of its nodes' events. A later drain of another of its nodes never postpones that
+        deadline; one with an earlier deadline rewrites the notice, without a second signal."""
+        if not new:
+            return []
+        first, rest = new[0], new[1:]
+        told = self.sent.telling(job.job_id, job.restart_count)
+        if told is not None and told.event_id == _event_id(first):
+            told = None  # the same event, something of it to retry: tell_many skips what was done
+        if told is not None and _deadline(first) >= told.deadline:
+            for event in new:  # already told, as early or earlier: nothing to say
+                self._mark_told(job, event, told.event_id, told.deadline, ("notice", "signal"))
+            return []
+        for event in rest:
+            self._mark_told(job, event, _event_id(first), _deadline(first), ("notice", "signal"))
+        if told is None:
+            return [(job, first, True)]
+        # Told already in this attempt, but this deadline is earlier: a new notice, no second signal.
+        self._mark_told(job, first, _event_id(first), _deadline(first), ("signal",))
+        return [(job, first, False)]
+
+    def _too_young(self, job: Job) -> bool:
+        """Started less than ``signal_after_start`` ago: its batch script may not trap the signal yet
+        (a USR1 34 ms after the allocation killed bash, and the job ended COMPLETED, never requeued).
+        Its notice is written now; its node stays open, so the next poll asks again and signals it."""
+        if job.start_time is None or not optin.parse(job.comment).signal:
+            return False
+        now, margin = self.clock(), self.settings.signal_after_start
+        # StartTime is the controller's clock: one far behind ours would hold the signal back for good,
+        # so it waits at most `margin` of our own clock too.
+        since = self._young_since.setdefault(job.job_id, now)
+        age = (now - job.start_time).total_seconds()
+        if age >= margin or (now - since).total_seconds() >= margin:
+            return False
+        log.info("job %s started %.0f s ago: its signal waits for its script to set up", job.job_id, age)
+        return True
+
+    def _mark_told(
+        self, job: Job, event: NodeEvent, told: str, when: datetime, acts: tuple[str, ...]
+    ) -> None:
+        for what in acts:
+            self.sent.mark(job.job_id, event.node, what, self.clock(), told, job.restart_count, when)
         self.ctx.dirty = True
+
+    def _enforce(self, jobs: list[Job], enforcing: list[NodeEvent]) -> None:
+        """Requeue each opted-in job still on an enforcing node once; an event is enforced when all of
+        its jobs were (a failed requeue is retried on the next poll)."""
+        outcome: dict[str, bool] = {}
+        for event in enforcing:
+            on_node = [j for j in jobs if event.node in j.nodes]
+            for job in on_node:
+                if job.job_id not in outcome and not self.sent.done(job.job_id, event.node, "enforced"):
+                    outcome[job.job_id] = enforce(self.ctx, job, event)
+                    self.beat()
+            for job in on_node:
+                if outcome.get(job.job_id, True):
+                    self.sent.mark(job.job_id, event.node, "enforced", self.clock(), _event_id(event))
+            event.enforced = all(outcome.get(j.job_id, True) for j in on_node)
+        self._save()
 
     def _source_drains(self) -> list[Drain]:
         found: list[Drain] = []
@@ -264,57 +363,26 @@ def _deadline(event: NodeEvent) -> datetime:
     return deadline(event.drain_time, event.grace)
 
 
-# ---------------------------------------------------------------------------------------- loop
+def _event_id(event: NodeEvent) -> str:
+    return event_id(event.node, event.drain_time)
 
 
-def run(
-    watcher: Watcher,
-    stop: threading.Event | None = None,
-    once: bool = False,
-    on_poll: Emit = lambda _r: None,
-) -> int:
-    """Poll every ``interval`` seconds until ``stop`` is set (or, for a sidecar, the job ends).
-    A failing controller is retried with exponential back-off up to ``max_backoff``; never raises
-    except in ``once`` mode, where the error reaches the caller."""
-    stop = stop or threading.Event()
-    settings = watcher.settings
-    failures = 0
-    while True:
-        began = time.monotonic()
-        result: PollResult | None = None
-        try:
-            result = watcher.poll_once()
-            failures = 0
-            on_poll(result.to_json())
-        except SlurmError as exc:
-            if once:
-                raise
-            failures += 1
-            log.warning("Slurm did not answer (%s); retry %d", exc, failures)
-        except Exception as exc:  # a bug must not become a crash loop under systemd
-            if once:
-                raise
-            failures += 1
-            log.error("unexpected %s: %s; carrying on", type(exc).__name__, exc)
-            log.debug("traceback of the unexpected %s", type(exc).__name__, exc_info=True)
-        if once or (result is not None and result.job_ended):
-            return 0
-        wait = (
-            settings.interval if failures == 0 else min(settings.max_backoff, settings.interval * 2**failures)
-        )
-        if stop.wait(max(0.0, wait - (time.monotonic() - began))):
-            return 0
-
-
-def state_path(state_dir: Path, job_id: str | None) -> Path:
-    """The daemon's sent-state, or a sidecar's per-job one."""
-    name = f"sidecar-{job_id}.json" if job_id else "sent.json"
+def state_path(state_dir: Path, job_id: str | None = None, user: str | None = None) -> Path:
+    """The daemon's sent-state, a user watcher's, or a sidecar's per-job one."""
+    name = f"sidecar-{job_id}.json" if job_id else f"user-{user}.json" if user else "sent.json"
     return Path(state_dir) / "watcher" / name
 
 
 def load_sent(path: Path) -> SentState:
-    """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher."""
+    """The saved state; a corrupt file is moved aside (logged) rather than stopping the watcher. A file
+    of another user is not believed (it could say every job was told)."""
     try:
+        owner = path.lstat().st_uid if path.exists() else os.geteuid()
+        if owner != os.geteuid():
+            log.warning(
+                "watcher state %s belongs to uid %d, not to us: ignored, starting afresh", path, owner
+            )
+            return SentState(path=path)
         return sentstate.load(path)
     except (ValueError, KeyError, TypeError, OSError) as exc:
         aside = path.with_suffix(".corrupt")

@@ -1,0 +1,138 @@
+"""Records before acts, and what a watcher killed between intent, act and confirm leaves to the next one
+(the same one restarted, or the standby of a pair); against the in-memory Slurm, with injected clocks.
+The same with real processes on the real cluster: test_watcher_pair.py."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from slurm_preempt.watch.outbox import Outbox
+from watchworld import OPTED, REASON, Killed, Ticks, signalled
+
+# ---------------------------------------------------------------------------------------- records, pairs
+
+
+def test_a_signal_that_ends_its_sender_is_already_in_the_ledger(world):
+    """A job's sidecar dies with the job its signal makes leave (the job requeues itself): what it did
+    was recorded before it did it."""
+    fake = world.slurm
+    fake.add_job("7", ["pre1"], OPTED)
+    fake.drain(["pre1"], REASON)
+
+    def requeued_and_killed(_ids):
+        fake.requeue_by_job("7")
+        raise Killed  # Slurm ends the job's processes, the sidecar among them
+
+    fake.on_signal = requeued_and_killed
+    with pytest.raises(Killed):
+        world.watcher(job_id="7", fast_restart=False, fallback=False).poll_once()
+    assert world.kinds("7") == ["notice_sent", "signal_sent"]
+
+
+def test_a_failed_act_takes_its_record_back(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    fake.drain(["pre1"], REASON)
+    fake.refused["1"] = "Access/permission denied"
+    watcher = world.watcher()
+    watcher.poll_once()
+    assert world.kinds("1") == ["notice_sent"]  # the signal_sent written before scancel is taken back
+    del fake.refused["1"]
+    watcher.poll_once()
+    assert world.kinds("1") == ["notice_sent", "signal_sent"]
+
+
+def _jobs_on_every_node(fake, count: int) -> list[str]:
+    ids = [str(100 + i) for i in range(count)]
+    for i, job_id in enumerate(ids):
+        fake.add_job(job_id, [f"pre{i % 4 + 1}"], OPTED)
+    return ids
+
+
+def test_two_watchers_one_acts_the_standby_takes_over_when_it_dies(world):
+    fake = world.slurm
+    ids = _jobs_on_every_node(fake, 8)
+    a_ticks, b_ticks = Ticks(), Ticks()
+    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
+    assert a.poll_once().queries == 2
+    standby = b.poll_once()
+    assert standby.standby and standby.queries == 0 and fake.queries() == 2  # B asks Slurm nothing
+    fake.drain(["pre1", "pre2"], REASON)
+    assert a.poll_once().actions == {"notice_sent": 4, "signal_sent": 4}
+    # A dies. B sees its beat stop; after the lease's ttl on B's own clock it takes over.
+    b_ticks.now += 29
+    assert b.poll_once().standby
+    b_ticks.now += 1
+    fake.drain(["pre3"], REASON)
+    took_over = b.poll_once()
+    assert not took_over.standby and took_over.actions == {"notice_sent": 2, "signal_sent": 2}
+    assert took_over.draining == ["pre1", "pre2", "pre3"]  # A's events, from the shared state
+    assert sorted(signalled(world)) == sorted(j for j in ids if fake.job(j).nodes[0] != "pre4")
+    assert all(world.kinds(j).count("signal_sent") == 1 for j in ids if fake.job(j).signals)
+
+
+def test_killed_after_the_intent_before_the_signal_the_survivor_sends_it_once(world, monkeypatch):
+    fake = world.slurm
+    ids = _jobs_on_every_node(fake, 12)
+    a_ticks, b_ticks = Ticks(), Ticks()
+    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
+    assert not a.poll_once().standby and b.poll_once().standby
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    with monkeypatch.context() as patch:
+        patch.setattr(Outbox, "_run", lambda *_a: (_ for _ in ()).throw(Killed()))
+        with pytest.raises(Killed):
+            a.poll_once()  # notices written, intents and signal_sent records written, nothing sent
+    assert signalled(world) == [] and all(world.notice(j) for j in ids)
+    b_ticks.now += 30
+    took_over = b.poll_once()
+    assert took_over.actions == {"signal_sent": 12}  # the leftover intents, claimed and sent
+    assert sorted(signalled(world)) == sorted(ids)
+    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
+    assert b.poll_once().actions == {} and len(signalled(world)) == 12
+
+
+def test_killed_after_the_signal_before_confirming_the_survivor_only_confirms(world, monkeypatch):
+    fake = world.slurm
+    ids = _jobs_on_every_node(fake, 12)
+    a_ticks, b_ticks = Ticks(), Ticks()
+    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
+    assert not a.poll_once().standby and b.poll_once().standby
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    real_run = Outbox._run
+
+    def sent_then_killed(self, intents):
+        real_run(self, intents)  # the helpers finish (they outlive the watcher) ...
+        raise Killed  # ... but the watcher dies before reading their outcome
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Outbox, "_run", sent_then_killed)
+        with pytest.raises(Killed):
+            a.poll_once()
+    assert sorted(signalled(world)) == sorted(ids)
+    b_ticks.now += 30
+    assert b.poll_once().actions == {"signal_sent": 12}  # confirmed from the outcome files, not sent
+    assert len(signalled(world)) == 12
+    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
+
+
+def test_a_claim_whose_sender_died_with_its_host_is_taken_as_sent_never_resent(world, caplog):
+    caplog.set_level(logging.INFO, logger="slurm_preempt")
+    fake = world.slurm
+    ids = _jobs_on_every_node(fake, 4)
+    a_ticks, b_ticks = Ticks(), Ticks()
+    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
+    assert not a.poll_once().standby and b.poll_once().standby
+    fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
+    fake.on_signal = lambda _ids: (_ for _ in ()).throw(Killed())  # the host dies mid-scancel
+    with pytest.raises(Killed):
+        a.poll_once()
+    fake.on_signal = lambda _ids: None
+    b_ticks.now += 30
+    assert b.poll_once().actions == {}  # claimed by a sender that may still run: in flight, not resent
+    b_ticks.now += 15 + 30  # the Slurm timeout and the helper's grace: that sender is dead
+    assert b.poll_once().actions == {"signal_sent": 4}
+    assert len(fake.called("signal_many")) == 1  # at most once: never sent twice
+    assert sum("taken as sent" in r.getMessage() for r in caplog.records) == 4
+    assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)

@@ -1,0 +1,142 @@
+"""`slurm-preempt watch --user` on the real local cluster, run by a real non-root user and nothing else: no
+hooks, no daemon, no admin rights. The user's job, made by `slurm-preempt sbatch`, is told at the drain,
+leaves, and runs again within 10 s of leaving; another user's job on the same node is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from clusterutil import wait_for
+from slurm_preempt import ledger
+from slurm_preempt.notice import notice_path, read_notice
+
+USER = "spwatch"
+REASON = "TogetherPreemptionNotified: user watcher test"
+SRC = Path(__file__).resolve().parents[1] / "src"
+RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
+
+
+def _ensure_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/sh", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+def _python_for(user: str) -> tuple[str, str]:
+    """An interpreter the user may run, and the PYTHONPATH that finds slurm-preempt and its packages
+    (this venv's interpreter may live under /root, which the user cannot enter)."""
+    paths = [str(SRC), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        probe = [RUNUSER, "-u", user, "--", candidate, "-c", "import click"]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths)}
+        if subprocess.run(probe, env=env, capture_output=True, check=False).returncode == 0:
+            return candidate, os.pathsep.join(paths)
+    pytest.fail(f"no Python that {user} may run finds slurm-preempt's packages")
+
+
+@pytest.fixture
+def home():
+    """The user's home: world-readable (the job runs there), config pointing at a state folder of theirs."""
+    user = _ensure_user()
+    folder = Path(f"/tmp/sp-user-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / ".config" / "slurm-preempt").mkdir(parents=True)
+    (folder / "job").mkdir()
+    (folder / ".config" / "slurm-preempt" / "config.toml").write_text(
+        f'state_dir = "{folder}/state"\n\n[watch]\ninterval = 1\ngrace = 60\n'
+    )
+    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(folder)], check=True)
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _as_user(home: Path, *argv: str, **popen) -> subprocess.Popen:
+    python, pythonpath = _python_for(USER)
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+        "SLURM_CONF": os.environ["SLURM_CONF"],
+        "PYTHONPATH": pythonpath,
+    }
+    command = [RUNUSER, "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items())]
+    return subprocess.Popen([*command, python, "-m", "slurm_preempt", *argv], cwd=home, **popen)
+
+
+@pytest.mark.cluster
+def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_cluster, home, tmp_path):
+    cl = clean_cluster
+    uid = pwd.getpwnam(USER).pw_uid
+    job_dir = home / "job"
+    generate = _as_user(
+        home, "sbatch", "--job-name", "mine", "--chdir", str(job_dir), "--checkpoint-dir", str(home / "ckpt"),
+        "--submit", "--", "sleep", "600", stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, _ = generate.communicate(timeout=60)
+    assert generate.returncode == 0
+    job_id = out.split()[-1]
+    node = cl.wait_state(job_id, "RUNNING", 60).nodes[0]
+    # Another user's (root's) job on the same node: the user's watcher neither sees nor touches it.
+    other = cl.slurm.submit(
+        str(_script(tmp_path)),
+        [f"--nodelist={node}", "--output=/dev/null", "--comment=slurm-preempt:signal=USR1"],
+    )
+    cl.wait_state(other, "RUNNING", 30)
+    log = open(tmp_path / "watch.log", "w")  # noqa: SIM115 (closed below)
+    watcher = _as_user(home, "watch", "--user", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        state = home / "state"
+        wait_for((state / "watcher" / f"user-{USER}.json").exists, 30, what="the user watcher's first poll")
+        cl.slurm.drain([node], REASON)  # the provider, as root
+        notice = wait_for(lambda: read_notice(notice_path(state, job_id)), 20, 0.1, what="the notice")
+        assert notice.node == node
+        left = _moment(cl, job_id, lambda j: j.restart_count == 1 and j.state != "RUNNING", "the job leaving")
+        back = _moment(cl, job_id, lambda j: j.restart_count == 1 and j.state == "RUNNING", "running again")
+        print(f"running again {back - left:.1f} s after leaving")  # shown with -s
+        assert back - left <= 10.0, f"running again {back - left:.1f} s after leaving"
+        assert cl.job(job_id).nodes[0] != node
+        kinds = [e["kind"] for e in ledger.events(state, job_id)]
+        assert kinds == ["notice_sent", "signal_sent", "fast_restart"]
+        assert {os.stat(p).st_uid for p in ledger.job_dir(state, job_id).iterdir()} == {uid}
+        assert read_notice(notice_path(state, other)) is None and cl.job(other).state == "RUNNING"
+        assert "SIGUSR1" in (job_dir / f"mine-{job_id}.out").read_text()
+    finally:
+        for child in psutil.Process(watcher.pid).children(recursive=True):
+            if "slurm_preempt" in " ".join(child.cmdline()):
+                child.terminate()  # the watcher itself (runuser would pass on a kill of the group)
+        watcher.wait(30)
+        log.close()
+        cl.slurm.resume([node])
+    stopped = (tmp_path / "watch.log").read_text()
+    assert watcher.returncode == 0 and "stopped; the lease is free" in stopped, stopped
+
+
+def _script(tmp_path: Path) -> Path:
+    path = tmp_path / "other.sh"
+    path.write_text(
+        "#!/bin/bash\ntrap 'echo usr1 >> /dev/null' USR1\nwhile true; do sleep 300 & wait $!; done\n"
+    )
+    return path
+
+
+def _moment(cl, job_id: str, condition, what: str) -> float:
+    """When ``condition`` first held for the job, looked at every 0.1 s."""
+
+    def check():
+        job = cl.job(job_id)
+        return time.time() if job is not None and condition(job) else None
+
+    return wait_for(check, 60, 0.1, what=what)
