@@ -6,6 +6,7 @@ real srun and torchrun: tests/test_multinode_cluster.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -221,3 +222,57 @@ def test_no_argument_makes_a_loaded_program_srun(tmp_path, args):
     loader = str(LOADERS[0])
     assert not _is_srun(tmp_path, [loader, _elf(tmp_path, "python"), *SLEEP, *args])
     assert _is_srun(tmp_path, [loader, _elf(tmp_path, "srun"), *SLEEP, *args])
+
+
+def _start_with_notice(tmp_path: Path, notice_restart: int | None, restart_count: str, **options):
+    """The script as attempt ``restart_count`` of job 4242, its notice file naming attempt
+    ``notice_restart`` (None: no restart count in it, as an older watcher writes)."""
+    notices = tmp_path / "state" / "notices"
+    notices.mkdir(parents=True)
+    notice = {"job_id": "4242", "node": "pre1", "deadline": "2026-12-01T06:05:00Z"}
+    if notice_restart is not None:
+        notice["restart_count"] = notice_restart
+    (notices / "4242.json").write_text(json.dumps(notice))
+    os.environ["SLURM_RESTART_COUNT"] = restart_count
+    try:
+        return _start(tmp_path, _script(tmp_path, **options))
+    finally:
+        del os.environ["SLURM_RESTART_COUNT"]
+
+
+def test_a_retried_signal_of_an_earlier_attempt_is_not_a_notice(tmp_path):
+    """scancel retries a USR1 Slurm refused during a transition 5 s later, by job id: after the job
+    requeued itself, the retry reaches the next attempt, whose notice file still names the earlier
+    one. The shell ignores it (seen in tests/test_e2e.py: a second, needless requeue)."""
+    job = _start_with_notice(tmp_path, notice_restart=0, restart_count="1")
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)
+        _wait_for(tmp_path / "job.out", "without a notice for this attempt")
+        assert not (tmp_path / "target.log").exists()  # the command was not told
+        job.send_signal(signal.SIGTERM)  # end the test: Slurm's own SIGTERM is always passed on
+        (tmp_path / "release").touch()
+        job.wait(20)
+    finally:
+        (tmp_path / "release").touch()
+        job.kill()
+    assert not (tmp_path / "scontrol.args").exists()  # never requeued
+
+
+@pytest.mark.parametrize(
+    ("notice_restart", "options"), [(1, {}), (None, {}), (0, {"timelimit_notice": "60"})]
+)
+def test_a_notice_for_this_attempt_or_of_unknown_attempt_acts(tmp_path, notice_restart, options):
+    """The same signal acts when the notice names this attempt, names none (an older watcher), or
+    may be Slurm's time-limit warning (--timelimit-notice sends the same signal, with no notice)."""
+    job = _start_with_notice(tmp_path, notice_restart=notice_restart, restart_count="1", **options)
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)
+        _wait_for(tmp_path / "target.log")
+        (tmp_path / "release").touch()
+        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+    finally:
+        (tmp_path / "release").touch()
+        job.kill()
+    assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
