@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On demand, never part of scripts/test.sh: build the image from docker/Dockerfile and run the demo in it
-# (scripts/demo.sh: a job preempted three times on the container's local cluster ends with the result
-# of an uninterrupted run). Exits non-zero when the build or the demo fails. Needs a running engine.
+# On demand, never part of scripts/test.sh: build the image from docker/Dockerfile and run the demo in
+# it (scripts/demo.sh: a job preempted three times on the container's local cluster ends with the
+# result of an uninterrupted run). Exits non-zero when the build or the demo fails. Needs an engine.
 #
 # When the engine has no debian:12-slim and cannot pull one (no registry), makes it (as root): a
 # minbase bookworm from debootstrap, imported with `docker import`. The host's own extra CAs
@@ -28,6 +28,7 @@ make_base() {
   command -v debootstrap >/dev/null || fail "no debootstrap to make $base: apt-get install debootstrap"
   local root
   root=$(mktemp -d /tmp/docker-check-root.XXXXXX)
+  chmod 755 "$root"  # it becomes the image's /: mktemp's 0700 locks out _apt, munge, mysql
   echo "docker-check: making $base with debootstrap (minbase bookworm) in $root"
   debootstrap --variant=minbase bookworm "$root" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
     >"$root.log" 2>&1 || { tail -5 "$root.log" >&2; fail "debootstrap failed (log: $root.log)"; }
@@ -35,6 +36,7 @@ make_base() {
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
   # Picked up by update-ca-certificates when the Dockerfile installs ca-certificates.
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
   fi
   tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$base" >/dev/null
