@@ -27,4 +27,6 @@ apt-get update -qq
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-slurm: done ($(sinfo --version))"
+# dpkg, not `sinfo --version`: without a slurm.conf (a fresh machine, a container) sinfo 22.05 tries a
+# configless fetch and dies instead of printing its version.
+echo "install-slurm: done (slurm-client $(dpkg-query -W -f='${Version}' slurm-client))"
