@@ -111,6 +111,11 @@ def main() -> None:
         result = {"weights": weights, "steps": trainer.global_step, "world": world}
         with open(args.result, "w") as handle:
             json.dump(result, handle)
+    # Lightning leaves its process group up after fit. Left to the interpreter's exit, gloo's threads
+    # may still run while C++ tears the group down: "terminate called without an active exception", the
+    # rank aborts (exit 134) and the job ends FAILED with its work done (seen on the local cluster).
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -128,3 +128,32 @@ def test_file_agreement_takes_the_maximum_per_position(tmp_path):
     for t in threads:
         t.join()
     assert all(a == [[1, 2], [0, 0], [0, 1]] for a in answers.values())
+
+
+GROUP_WORKER = """
+import sys
+import torch.distributed as dist
+from slurm_preempt.job.agreement import TorchAgreement
+
+dist.init_process_group("gloo", init_method=f"file://{sys.argv[1]}/store", rank=0, world_size=1)
+dist.get_backend = lambda group=None: "nccl"  # as under NCCL: the flags get a gloo group of their own
+agreement = TorchAgreement()
+assert agreement.agree([0, 1]) == [0, 1]
+made = agreement.group
+agreement.close()
+agreement.close()  # twice is harmless
+try:
+    dist.get_process_group_ranks(made)
+except KeyError:
+    print("destroyed")
+dist.destroy_process_group()  # the caller's own group is the caller's to destroy
+"""
+
+
+def test_the_gloo_group_made_for_the_flags_is_destroyed_on_close(tmp_path):
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, "-c", GROUP_WORKER, str(tmp_path)], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "destroyed\n", done.stdout + done.stderr

@@ -63,9 +63,17 @@ class TorchAgreement:
             raise SlurmPreemptError("torch.distributed is not initialised: call init_process_group first")
         self._torch, self._dist = torch, dist
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        if group is None and dist.get_backend() != "gloo":
+        self._own_group = group is None and dist.get_backend() != "gloo"
+        if self._own_group:
             group = dist.new_group(backend="gloo")
         self.group = group
+
+    def close(self) -> None:
+        """Destroy the gloo group made here (never the caller's): a group left to the interpreter's
+        exit may abort the process ("terminate called without an active exception")."""
+        if self._own_group and self._dist.is_initialized():
+            self._dist.destroy_process_group(self.group)
+            self._own_group = False
 
     def agree(self, flags: Sequence[int]) -> list[int]:
         tensor = self._torch.tensor([int(f) for f in flags], dtype=self._torch.int64)

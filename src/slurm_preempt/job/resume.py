@@ -418,6 +418,9 @@ class Run:
                 self._say_done()
         finally:
             self.restore_signals()
+            close_agreement = getattr(self.agreement, "close", None)
+            if close_agreement is not None:
+                close_agreement()
             if self._stop_logging is not None:
                 self._stop_logging()
                 self._stop_logging = None
