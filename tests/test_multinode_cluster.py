@@ -198,11 +198,12 @@ def _lightning_reference(tmp_path: Path) -> dict:
     """The same training on two ranks, uninterrupted, here with torchrun (no Slurm)."""
     out = tmp_path / "reference.json"
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    subprocess.run(
+    done = subprocess.run(
         [torchrun, "--standalone", "--nproc-per-node", "2", str(LIGHTNING), "--checkpoint-dir",
          str(tmp_path / "ref-ckpt"), "--step-seconds", "0", "--result", str(out)],
-        check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=False, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
+    assert done.returncode == 0, f"reference run exited {done.returncode}:\n{done.stderr[-3000:]}"
     return json.loads(out.read_text())
 
 

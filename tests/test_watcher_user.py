@@ -112,7 +112,9 @@ def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_clu
         assert kinds == ["notice_sent", "signal_sent", "fast_restart"]
         assert {os.stat(p).st_uid for p in ledger.job_dir(state, job_id).iterdir()} == {uid}
         assert read_notice(notice_path(state, other)) is None and cl.job(other).state == "RUNNING"
-        assert "SIGUSR1" in (job_dir / f"mine-{job_id}.out").read_text()
+        # One log (%x-%j.out), or one per attempt (%x-%j.%r.out, sbatch's default from Slurm 25.11).
+        logs = sorted(job_dir.glob(f"mine-{job_id}.*out"))
+        assert logs and "SIGUSR1" in "".join(p.read_text() for p in logs), logs
     finally:
         for child in psutil.Process(watcher.pid).children(recursive=True):
             if "slurm_preempt" in " ".join(child.cmdline()):
