@@ -276,3 +276,22 @@ def test_a_notice_for_this_attempt_or_of_unknown_attempt_acts(tmp_path, notice_r
         (tmp_path / "release").touch()
         job.kill()
     assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
+
+
+def test_a_notice_after_the_command_finished_its_work_is_not_passed_on(tmp_path):
+    """Run.close() marks the work done and puts the signal handlers back: a SIGTERM then would kill
+    the command during its last lines, and the job would be requeued and end twice (seen in
+    tests/test_e2e.py's sweep on 24.11: a task's completion written twice)."""
+    ending = f'touch "$SLURM_PREEMPT_DONE_FILE" {tmp_path}/ready; sleep 1; echo finished > {tmp_path}/ended'
+    settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30"}
+    made = gen.generate(settings, ["bash", "-c", ending], Config())
+    job = _start(tmp_path, gen.write_script(made.script, tmp_path / "job.sh"))
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)
+        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+    finally:
+        job.kill()
+    assert "has finished its work: not passed on" in _read(tmp_path / "job.out")
+    assert _read(tmp_path / "ended") == "finished\n"  # its last lines ran
+    assert not (tmp_path / "scontrol.args").exists()  # never requeued
