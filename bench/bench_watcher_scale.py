@@ -40,6 +40,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from bench_watcher import _row, _wait  # noqa: E402  (the rows and waits of the watcher bench)
+
 PORT = int(os.environ.get("SP_BENCH_PORT", "17640")) + 30
 DIR = Path(f"/tmp/watcher-scale-{PORT}")
 REASON = "TogetherPreemptionNotified: bench"
@@ -58,22 +61,6 @@ COUNTING_SCANCEL = """#!/bin/sh
 echo "$*" >> {calls}
 exec {scancel} "$@"
 """
-
-
-def _row(name, value, unit, baseline, target):
-    ratio = round(value / baseline, 3) if isinstance(baseline, (int, float)) and baseline else None
-    return {"name": name, "value": round(value, 3), "unit": unit, "baseline": baseline, "ratio": ratio,
-            "target": target}  # fmt: skip
-
-
-def _wait(predicate, timeout, interval=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError("bench: condition not met in time")
 
 
 class Cluster:
@@ -132,7 +119,7 @@ def mass_drain(quick: bool) -> list[dict]:
                 time.sleep(random.uniform(0, 1))  # at a random phase of the 1 s poll
                 began = time.time()
                 cl.slurm.drain(cl.pre, REASON)
-                _wait(lambda: all((cl.work / f"usr1-{j}").exists() for j in jobs), 60)
+                _wait(lambda: all((cl.work / f"usr1-{j}").exists() for j in jobs), 60, 0.05)
                 last = max(float((cl.work / f"usr1-{j}").read_text().split()[0]) for j in jobs)
                 spans.append(last - began)
                 batches.append(len(calls.read_text().splitlines()))
