@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -145,6 +146,21 @@ class ClusterHandle:
 
 
 SP = str(Path(sys.executable).parent / "slurm-preempt")
+
+
+@contextmanager
+def running_cluster(spec: tc.ClusterSpec, workdir: Path) -> Iterator[ClusterHandle]:
+    """A fixture's own cluster: a folder left by an interrupted session is cleared or restarted fresh,
+    the cluster's environment is exported while in use, and everything is stopped afterwards."""
+    if spec.directory.exists() and tc.load_state(spec.directory) is None:
+        shutil.rmtree(spec.directory)
+    tc.down(spec.directory)
+    state = tc.up(spec, timeout=120)
+    try:
+        with exported(state.env()):
+            yield ClusterHandle(state=state, workdir=workdir)
+    finally:
+        tc.down(spec.directory)
 
 
 def submit_generated(cl: ClusterHandle, work: Path, options: list[str], command: list[str]) -> str:

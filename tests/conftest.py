@@ -18,12 +18,11 @@ host's (``slurm_preempt.rehearsal.versions``); scripts/test.sh runs the cluster 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem
+from clusterutil import ClusterHandle, cluster_dir, release, running_cluster, slurm_problem
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.rehearsal import versions
 
@@ -96,25 +95,16 @@ def cluster(tmp_path_factory) -> ClusterHandle:
     if problem:
         pytest.skip(problem)  # a failure under CI=true, like every skip
     port = int(os.environ.get("SP_TEST_PORT", "17300"))
-    directory = cluster_dir(port)
-    if directory.exists() and tc.load_state(directory) is None:
-        shutil.rmtree(directory)
     spec = tc.ClusterSpec(
-        directory=directory,
+        directory=cluster_dir(port),
         port=port,
         standard=2,
         preemptible=4,
         cpus=16,
         slurm=release(),
     )
-    tc.down(directory)  # a cluster left by an interrupted session is restarted fresh
-    state = tc.up(spec, timeout=120)
-    handle = ClusterHandle(state=state, workdir=tmp_path_factory.mktemp("jobs"))
-    try:
-        with exported(state.env()):
-            yield handle
-    finally:
-        tc.down(directory)
+    with running_cluster(spec, tmp_path_factory.mktemp("jobs")) as handle:
+        yield handle
 
 
 @pytest.fixture

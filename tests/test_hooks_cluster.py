@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem, wait_for
+from clusterutil import ClusterHandle, cluster_dir, release, running_cluster, slurm_problem, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.records import history, report, timeline
 from slurm_preempt.rehearsal import accounting, testcluster
@@ -48,8 +48,6 @@ def hcluster(tmp_path_factory):
         pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 50
     directory = cluster_dir(port - 50, "-hooks")
-    if directory.exists() and testcluster.load_state(directory) is None:
-        shutil.rmtree(directory)
     spec = testcluster.ClusterSpec(
         directory=directory,
         port=port,
@@ -60,19 +58,13 @@ def hcluster(tmp_path_factory):
         accounting=_can_account(),
         slurm=release(),
     )
-    testcluster.down(directory)
-    state = testcluster.up(spec, timeout=120)
     # Jobs of the test user must read their script and write their output: not under pytest's 0700 tmp.
-    workdir = directory / "jobs-workdir"
+    workdir = directory.with_name(directory.name + "-jobs")
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir()
     os.chmod(workdir, 0o1777)
-    handle = ClusterHandle(state=state, workdir=workdir)
-    try:
-        with exported(state.env()):
-            yield handle
-    finally:
-        testcluster.down(directory)
+    with running_cluster(spec, workdir) as handle:
+        yield handle
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ prolog also drains its node, which the test resumes.
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, exported, release, slurm_problem, wait_for
+from clusterutil import cluster_dir, release, running_cluster, slurm_problem, wait_for
 from fakeslurm import Clock, FakeSlurm
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
@@ -37,13 +36,9 @@ OPT_IN = "--comment=slurm-preempt:signal=USR1"
 def lcluster(tmp_path_factory):
     problem = slurm_problem()
     if problem:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI needs a real Slurm: {problem}", pytrace=False)
-        pytest.skip(problem)
+        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 30
     directory = cluster_dir(port - 30, "-launch")
-    if directory.exists() and testcluster.load_state(directory) is None:
-        shutil.rmtree(directory)
     marks = tmp_path_factory.mktemp("marks")
     prolog = marks / "prolog.sh"
     prolog.write_text(PROLOG.format(marks=marks))
@@ -56,14 +51,8 @@ def lcluster(tmp_path_factory):
         slurm=release(),
         extra_conf=(f"Prolog={prolog}",),
     )
-    testcluster.down(directory)
-    state = testcluster.up(spec, timeout=120)
-    handle = ClusterHandle(state=state, workdir=marks)
-    try:
-        with exported(state.env()):
-            yield handle
-    finally:
-        testcluster.down(directory)
+    with running_cluster(spec, marks) as handle:
+        yield handle
 
 
 @pytest.fixture
