@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from slurm_preempt.records import history
+from slurm_preempt.records import attempts, history
 from slurm_preempt.slurm.sacct import AcctRecord
 
 T0 = datetime(2026, 12, 1, 6, 0, 0, tzinfo=timezone.utc)
@@ -177,7 +177,7 @@ def test_work_after_a_final_checkpoint_is_not_lost():
     [(0, "0s"), (0.04, "0s"), (0.2, "0.2s"), (9.94, "9.9s"), (10.4, "10s"), (125, "2m05s"), (7500, "2h05m")],
 )
 def test_one_rounding_of_durations(seconds, text):
-    assert history.seconds_text(seconds) == text
+    assert attempts.seconds_text(seconds) == text
 
 
 def test_work_lost_is_one_figure_in_history_timeline_and_report(data_dir):
@@ -186,12 +186,12 @@ def test_work_lost_is_one_figure_in_history_timeline_and_report(data_dir):
     from slurm_preempt.records import report, timeline
 
     found = history.from_ledger("28056304", data_dir / "ledger-self-requeue")
-    figure = history.seconds_text(found.lost_seconds)
+    figure = attempts.seconds_text(found.lost_seconds)
     assert figure == "0s"  # every preempted attempt left right after its final checkpoint
     text = history.history_text(found)
     assert f"3 preemption(s), {figure} of work lost" in text
     for attempt in found.attempts:
-        assert f"work lost {history.seconds_text(attempt.lost_seconds)}" in text
+        assert f"work lost {attempts.seconds_text(attempt.lost_seconds)}" in text
     title = ET.fromstring(timeline.render_svg(found)).find("{http://www.w3.org/2000/svg}text")
     assert title is not None and f"3 preemption(s), {figure} of work lost" in (title.text or "")
     cost = report.job_cost(found, report.Prices())

@@ -89,12 +89,21 @@ def test_down_stops_everything_it_started(tmp_path):
     job_id = slurm.submit(str(script), [f"--chdir={tmp_path}"])
     wait_for(lambda: (j := slurm.job(job_id)) and j.running, 20, what="job running")
     pids = [p.pid for p in state.processes]
+    dead = [p.role for p in state.processes if not p.alive]
+    assert not dead, f"{dead} ended before down: {_log_tails(spec.directory / 'log')}"
     assert tc.down(spec.directory) >= len(pids)
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not procs.listening_under("slurmstepd", spec.directory / "spool")
     assert not procs.with_env("SP_TESTCLUSTER_DIR", str(spec.directory))
     assert tc.down(spec.directory) == 0  # twice is fine
+
+
+def _log_tails(folder: Path, lines: int = 5) -> str:
+    return "\n".join(
+        f"{log.name}: " + " | ".join(log.read_text(errors="replace").splitlines()[-lines:])
+        for log in sorted(folder.glob("*.out"))
+    )
 
 
 def test_cli_bad_input(tmp_path):

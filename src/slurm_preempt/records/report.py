@@ -17,6 +17,7 @@ from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
 from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
+from slurm_preempt.records.attempts import FINISHED_CAUSES, Attempt, JobHistory
 from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
 
 
@@ -89,15 +90,15 @@ def _money(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
+def job_cost(history: JobHistory, prices: Prices) -> JobCost:
     ended = [a for a in history.attempts if a.end is not None]
     gpu = any(a.gpus for a in history.attempts)
     unit = "GPU-hours" if gpu else "CPU-hours"
 
-    def width(a: hist.Attempt) -> int:
+    def width(a: Attempt) -> int:
         return (a.gpus if gpu else a.cpus) or 1
 
-    def nodes(a: hist.Attempt) -> int:
+    def nodes(a: Attempt) -> int:
         return len(a.nodes) or 1
 
     run = sum(a.run_seconds * width(a) for a in ended) / 3600
@@ -112,7 +113,7 @@ def job_cost(history: hist.JobHistory, prices: Prices) -> JobCost:
         run_hours=run,
         lost_hours=lost,
         waited_seconds=sum(a.wait_before or 0.0 for a in history.attempts),
-        completed=bool(history.attempts) and history.attempts[-1].cause in hist.FINISHED_CAUSES,
+        completed=bool(history.attempts) and history.attempts[-1].cause in FINISHED_CAUSES,
         wall_run_seconds=sum(a.run_seconds for a in ended),
         checkpoint_seconds=_mean(history.checkpoint_seconds),
         last_cause=history.attempts[-1].cause if history.attempts else "",
@@ -143,7 +144,7 @@ def mtbp(run_seconds: float, preemptions: int) -> float | None:
     return run_seconds / preemptions if preemptions else None
 
 
-def _mean_interval(history: hist.JobHistory) -> float | None:
+def _mean_interval(history: JobHistory) -> float | None:
     gaps = []
     for attempt in history.attempts:
         marks = attempt.checkpoints
@@ -273,7 +274,7 @@ def build_report(
     return report
 
 
-def _wanted(history: hist.JobHistory, since, user, partition) -> bool:
+def _wanted(history: JobHistory, since, user, partition) -> bool:
     first = history.attempts[0].start
     if since is not None and (first is None or first < since):
         return False

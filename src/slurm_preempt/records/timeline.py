@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 
 from slurm_preempt.errors import UsageError
-from slurm_preempt.records.history import Attempt, JobHistory, seconds_text
+from slurm_preempt.records.attempts import Attempt, JobHistory, seconds_text
 
 WIDTH = 960
 LEFT = 110  # room for node names

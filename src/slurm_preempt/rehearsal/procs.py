@@ -1,8 +1,8 @@
 """Processes the local test cluster starts, finds and stops (psutil; never ``kill`` by name alone).
 
-A started process is remembered by pid *and* creation time, so a recycled pid is never mistaken for
-one of ours. Zombies count as stopped: on machines whose PID 1 does not reap (containers, sandboxes)
-a killed daemon lingers as a zombie that holds no port, no file and no CPU.
+A started process is remembered by pid *and* the clock tick it started at, so a recycled pid is never
+mistaken for one of ours. Zombies count as stopped: on machines whose PID 1 does not reap (containers,
+sandboxes) a killed daemon lingers as a zombie that holds no port, no file and no CPU.
 """
 
 from __future__ import annotations
@@ -32,21 +32,32 @@ class Started:
 
     role: str  # munged, slurmctld, slurmd:pre1, ...
     pid: int
-    create_time: float
+    create_time: float  # wall clock, for people reading cluster.json; identity is start_ticks
     argv: tuple[str, ...]
+    start_ticks: int | None = None  # None in a cluster.json written before it was recorded
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping) -> Started:
-        return cls(data["role"], int(data["pid"]), float(data["create_time"]), tuple(data["argv"]))
+        ticks = data.get("start_ticks")
+        return cls(
+            data["role"],
+            int(data["pid"]),
+            float(data["create_time"]),
+            tuple(data["argv"]),
+            None if ticks is None else int(ticks),
+        )
 
     def process(self) -> psutil.Process | None:
         """The live process, or None when it ended (or the pid now belongs to someone else)."""
         try:
             proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 0.5:
+            if self.start_ticks is not None:
+                if start_ticks(self.pid) != self.start_ticks:
+                    return None
+            elif abs(proc.create_time() - self.create_time) > 1.5:  # see start_ticks: a step moves it
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -57,6 +68,26 @@ class Started:
     @property
     def alive(self) -> bool:
         return self.process() is not None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``).
+
+    Not psutil's ``create_time()``: that adds ``btime`` from ``/proc/stat``, which the kernel derives
+    from the wall clock at every read, so a clock step (time sync, a VM resumed from a snapshot) moves
+    every process's creation time by whole seconds and a live daemon looks like a stranger.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return None
+    # Field 2 (the command name, in parentheses) may itself hold spaces and ")": count after the last ")".
+    after_name = stat[stat.rfind(b")") + 1 :].split()
+    try:
+        return int(after_name[19])  # fields 3, 4, ... 22
+    except (IndexError, ValueError):
+        return None
 
 
 def start(role: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Started:
@@ -71,7 +102,8 @@ def start(role: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path
             start_new_session=True,  # a Ctrl-C or closed terminal must not take the cluster down
             close_fds=True,
         )
-    return Started(role, proc.pid, psutil.Process(proc.pid).create_time(), tuple(argv))
+    created = psutil.Process(proc.pid).create_time()
+    return Started(role, proc.pid, created, tuple(argv), start_ticks(proc.pid))
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
