@@ -12,10 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_preempt.errors import SlurmError
+from slurm_preempt.notice import utcnow
 from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch.actions import RELAUNCH_SAFE_AFTER
 
 
 def release() -> str:
@@ -70,6 +73,26 @@ def wait_signal_age(slurm: Slurm, job_id: str) -> Job:
         return job if (utcnow() - job.start_time).total_seconds() >= DEFAULTS["signal_after_start"] else None
 
     return wait_for(old_enough, 30, what=f"job {job_id} {DEFAULTS['signal_after_start']:g} s past its start")
+
+
+def requeue_second_over(job: Job) -> bool:
+    """The second Slurm requeued the job in (its SubmitTime) is over, as the watcher waits for: a
+    launch within it on a node the job left is killed ("Job credential revoked", FAILED)."""
+    return job.submit_time is not None and utcnow() >= job.submit_time + RELAUNCH_SAFE_AFTER
+
+
+def lift_requeue_hold(slurm: Slurm, job_id: str) -> bool:
+    """What the watcher's fast restart does (``scontrol update starttime=now``), with its rule: True
+    once Slurm took it; False while the job is not pending, still in its requeue's second, or still
+    COMPLETING (Slurm refuses the update then). Poll it with ``wait_for``."""
+    job = slurm.job(job_id)
+    if job is None or job.state != "PENDING" or not requeue_second_over(job):
+        return False
+    try:
+        slurm.update_job(job_id, starttime="now")
+    except SlurmError:
+        return False
+    return True
 
 
 @contextmanager

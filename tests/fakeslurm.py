@@ -249,6 +249,7 @@ class FakeSlurm:
     def _requeue(self, job: FakeJob) -> None:
         job.state, job.reason, job.nodes = "PENDING", "BeginTime", ()
         job.restart_count += 1
+        job.submit_time = self.clock().replace(microsecond=0)  # reset at a requeue, in whole seconds
 
     def _resolve(self, name: str) -> list[FakeJob]:
         """``A_T`` names one task; a bare id that is an array's own id names every task of it (22.05)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from clusterutil import lift_requeue_hold, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import UsageError
@@ -65,6 +66,6 @@ def test_drill_removes_and_brings_back(clean_cluster):
     assert clean_cluster.job(job_id).restart_count == 1
     # Node back in service; the requeued job waits out Slurm's BeginTime unless a watcher skips it.
     assert next(iter(clean_cluster.slurm.nodes([node]))).available
-    clean_cluster.slurm.update_job(job_id, starttime="now")
+    wait_for(lambda: lift_requeue_hold(clean_cluster.slurm, job_id), 30, what="the hold lifted")
     again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
     assert again.restart_count == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import running_watcher, submit_generated, wait_for
+from clusterutil import lift_requeue_hold, running_watcher, submit_generated, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.rehearsal import drill
 
@@ -165,7 +165,7 @@ def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp
     assert watch.left_at >= event.removed_at  # killed by the removal: nobody told it
     saved = ledger.events(cl.spec.state_dir, job_id)
     last_step = max(e["step"] for e in saved if e["kind"] == "checkpoint_saved")
-    cl.slurm.update_job(job_id, starttime="now")  # what the watcher would do; its node is down
+    wait_for(lambda: lift_requeue_hold(cl.slurm, job_id), 30, what="the hold lifted")  # as the watcher
     wait_for(result.exists, 120, what="the job's result")
     assert json.loads(result.read_text())["value"] == expected
     (resumed,) = [e for e in ledger.events(cl.spec.state_dir, job_id) if e["kind"] == "resumed_from"]

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, release, running_cluster, slurm_problem, wait_for
+from clusterutil import (
+    ClusterHandle,
+    cluster_dir,
+    lift_requeue_hold,
+    release,
+    running_cluster,
+    slurm_problem,
+    wait_for,
+)
 from slurm_preempt import ledger
 from slurm_preempt.records import history, report, timeline
 from slurm_preempt.rehearsal import accounting, testcluster
@@ -121,10 +129,7 @@ def _requeue_now(hc: ClusterHandle, job_id: str, restarts: int) -> None:
         if job is None:
             return None
         if job.state == "PENDING" and job.restart_count == restarts:
-            try:
-                hc.slurm.update_job(job_id, starttime="now")
-            except Exception:
-                return None
+            lift_requeue_hold(hc.slurm, job_id)
         return job if job.state == "RUNNING" and job.restart_count == restarts else None
 
     wait_for(started, 60, 0.5, what=f"job {job_id} running again (restart {restarts})")

@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusterutil import wait_for
+from clusterutil import lift_requeue_hold, wait_for
 from slurm_preempt import ledger
-from slurm_preempt.errors import SlurmError
 from slurm_preempt.notice import Notice, notice_path, utcnow, write_notice
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
@@ -46,14 +45,7 @@ def _events(state_dir: Path, job_id: str, kind: str) -> list[dict]:
 
 def _release(cluster, job_id: str) -> bool:
     """``scontrol update starttime=now`` works once the requeued job has left COMPLETING."""
-    job = cluster.job(job_id)
-    if job is None or job.state != "PENDING":
-        return False
-    try:
-        cluster.slurm.update_job(job_id, starttime="now")
-    except SlurmError:
-        return False
-    return True
+    return lift_requeue_hold(cluster.slurm, job_id)
 
 
 def test_drained_job_checkpoints_requeues_itself_and_resumes_at_the_same_step(clean_cluster):

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import lift_requeue_hold, wait_for
 from slurm_preempt.config import Config
-from slurm_preempt.errors import SlurmError
 from slurm_preempt.sbatch import render as gen
 
 pytestmark = pytest.mark.cluster
@@ -93,15 +92,7 @@ def drain_node_of(cluster, job_id: str) -> str:
 def release_requeued(cluster, job_id: str) -> None:
     """Wait until Slurm has requeued the job, then skip its hold as the watcher would."""
     cluster.wait_state(job_id, "PENDING", timeout=60)
-
-    def released() -> bool:
-        try:
-            cluster.slurm.update_job(job_id, starttime="now")
-            return True
-        except SlurmError:  # still COMPLETING: Slurm refuses until the old attempt is cleaned up
-            return False
-
-    wait_for(released, 60, what=f"job {job_id} to accept starttime=now")
+    wait_for(lambda: lift_requeue_hold(cluster.slurm, job_id), 60, what=f"job {job_id} released")
 
 
 # ------------------------------------------------------------------------------ sbatch accepts them

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from clusterutil import release, wait_for
+from clusterutil import release, requeue_second_over, wait_for
 from slurm_preempt.errors import SlurmError
 
 pytestmark = pytest.mark.cluster
@@ -118,8 +118,7 @@ def _started_again(cl, job_id: str, restarts: int) -> bool:
     the second of the requeue is over: a launch on the node just left within it is killed (see
     test_relaunch_on_the_node_just_left_is_killed_only_within_the_same_second)."""
     job = cl.job(job_id)
-    requeued_at = job.submit_time if job is not None else None  # SubmitTime: the requeue
-    if requeued_at is not None and time.time() < requeued_at.timestamp() + 1:
+    if job is not None and job.state == "PENDING" and not requeue_second_over(job):
         return False
     try:
         cl.slurm.update_job(job_id, starttime="now")

@@ -9,7 +9,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from clusterutil import release, wait_for
+from clusterutil import lift_requeue_hold, release, wait_for
 from slurm_preempt.cli import main
 from slurm_preempt.errors import ClusterError
 from slurm_preempt.rehearsal import procs
@@ -66,7 +66,7 @@ def test_drain_then_down_requeues_with_restart_count(clean_cluster):
     down = next(n for n in clean_cluster.slurm.nodes([node]))
     assert down.down and down.reason == "removed"
     # The owner may skip the ~121 s wait: the job runs again at once, elsewhere.
-    clean_cluster.slurm.update_job(job_id, starttime="now")
+    wait_for(lambda: lift_requeue_hold(clean_cluster.slurm, job_id), 30, what="the hold lifted")
     again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
     assert again.nodes[0] != node and again.restart_count == 1
 

@@ -323,6 +323,7 @@ def test_fast_restart_only_while_the_nodes_it_left_are_away(world):
     for job_id in ("1", "2", "3"):
         fake.requeue_by_job(job_id)  # 1 and 2 leave after the notice; 3 is requeued by hand
     fake.resume(["pre2"])  # pre2 back before the next poll: job 2 could land on it again
+    world.clock.advance(2)
     first = watcher.poll_once()
     assert first.actions == {"fast_restart": 1}
     assert fake.called("update_job") == [{"job_id": "1", "starttime": "now"}]
@@ -332,6 +333,27 @@ def test_fast_restart_only_while_the_nodes_it_left_are_away(world):
     assert world.kinds("1").count("fast_restart") == 1
     assert "fast_restart" not in world.kinds("2") and "fast_restart" not in world.kinds("3")
     assert {c["job_id"] for c in fake.called("update_job")} == {"1"}
+
+
+def test_fast_restart_waits_for_the_requeues_second_to_pass(world):
+    """A two-node job told to leave pre1 also leaves pre2, which stays: started again there within the
+    second of its requeue, slurmd would refuse the launch ("Job credential revoked") and the job would
+    end FAILED (seen on 22.05 with an elastic --nodes=1-2 job)."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    world.clock.advance(0.9)
+    fake.requeue_by_job("1")  # SubmitTime: the requeue's whole second, 0.9 s ago
+    world.clock.advance(0.5)
+    assert watcher.poll_once().actions == {} and fake.called("update_job") == []
+    world.clock.advance(0.1)
+    assert watcher.poll_once().actions == {"fast_restart": 1}
+    fake.job("1").submit_time = None  # a SubmitTime Slurm did not give: Slurm's own hold stays
+    fake.job("1").restart_count += 1
+    world.clock.advance(60)
+    assert watcher.poll_once().actions == {}
 
 
 def test_fast_restart_is_off_when_the_job_says_so(world):
@@ -490,7 +512,9 @@ def test_array_tasks_are_named_a_t_in_every_action(world):
     watcher.poll_once()
     assert [fake.job(j).signals for j in tasks] == [["USR1"], [], []]
     world.clock.advance(50)
-    assert watcher.poll_once().actions == {"enforced_requeue": 1, "fallback": 1, "fast_restart": 1}
+    assert watcher.poll_once().actions == {"enforced_requeue": 1, "fallback": 1}
+    world.clock.advance(2)  # past the requeue's second
+    assert watcher.poll_once().actions == {"fast_restart": 1}
     assert [fake.job(j).state for j in tasks] == ["PENDING", "RUNNING", "RUNNING"]
     assert fake.called("signal_many")[0]["job_ids"] == ("100_0",)
     assert fake.called("requeue") == [{"job_id": "100_0"}]
@@ -517,6 +541,7 @@ def test_a_users_watcher_asks_and_acts_only_for_that_users_jobs(world):
     assert signalled(world) == ["1"] and world.notice("2") is None
     assert state_path(world.state_dir, user="alice").exists()
     fake.requeue_by_job("1")
+    world.clock.advance(2)
     assert watcher.poll_once().actions == {"fast_restart": 1}  # an owner may release its own job
     assert fake.called("update_job") == [{"job_id": "1", "starttime": "now"}]
 

@@ -127,7 +127,9 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     if fallback:
         _fallback(ctx, job, wish, now)
     requeued = job.reason == "BeginTime" and job.restart_count > 0
-    if fast and wish.fast_restart and requeued and _left_nodes_still_away(ctx, job):
+    if not (fast and wish.fast_restart and requeued):
+        return
+    if _left_nodes_still_away(ctx, job) and _requeue_second_over(job, now):
         _fast_restart(ctx, job)
 
 
@@ -140,6 +142,22 @@ def _left_nodes_still_away(ctx: Context, job: Job) -> bool:
     """
     nodes = ctx.sent.nodes_told(job.job_id)
     return bool(nodes) and all(node in ctx.sent.events for node in nodes)
+
+
+# Slurm revokes the old attempt's credential on each node it leaves with the controller's time of the
+# requeue, in whole seconds, and slurmd refuses a credential made in that second or before: a job
+# started again there in the requeue's own second is killed at launch ("Job credential revoked") and
+# ends FAILED, not requeued. A job on several nodes also leaves nodes that are not being taken away
+# (an elastic --nodes=1-2 job comes back on one of them at once), so the node rule above is not enough.
+# SubmitTime is set at the requeue (that second, or the next when it would repeat the last one); the
+# half second covers a watcher whose clock is behind the controller's.
+RELAUNCH_SAFE_AFTER = timedelta(seconds=1.5)
+
+
+def _requeue_second_over(job: Job, now: datetime) -> bool:
+    """The requeue's second is over: no node the job left can refuse its next launch. An unknown
+    SubmitTime keeps Slurm's own hold (the job waits, nothing is lost)."""
+    return job.submit_time is not None and now >= job.submit_time + RELAUNCH_SAFE_AFTER
 
 
 def pending_for(job: Job, now: datetime) -> float:
