@@ -18,7 +18,7 @@ from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
-from slurm_preempt.watch.actions import RELAUNCH_SAFE_AFTER
+from slurm_preempt.watch import actions
 
 
 def release() -> str:
@@ -78,7 +78,7 @@ def wait_signal_age(slurm: Slurm, job_id: str) -> Job:
 def requeue_second_over(job: Job) -> bool:
     """The second Slurm requeued the job in (its SubmitTime) is over, as the watcher waits for: a
     launch within it on a node the job left is killed ("Job credential revoked", FAILED)."""
-    return job.submit_time is not None and utcnow() >= job.submit_time + RELAUNCH_SAFE_AFTER
+    return actions.requeue_second_over(job, utcnow())
 
 
 def lift_requeue_hold(slurm: Slurm, job_id: str) -> bool:

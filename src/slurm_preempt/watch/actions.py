@@ -129,7 +129,7 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     requeued = job.reason == "BeginTime" and job.restart_count > 0
     if not (fast and wish.fast_restart and requeued):
         return
-    if _left_nodes_still_away(ctx, job) and _requeue_second_over(job, now):
+    if _left_nodes_still_away(ctx, job) and requeue_second_over(job, now):
         _fast_restart(ctx, job)
 
 
@@ -154,7 +154,7 @@ def _left_nodes_still_away(ctx: Context, job: Job) -> bool:
 RELAUNCH_SAFE_AFTER = timedelta(seconds=1.5)
 
 
-def _requeue_second_over(job: Job, now: datetime) -> bool:
+def requeue_second_over(job: Job, now: datetime) -> bool:
     """The requeue's second is over: no node the job left can refuse its next launch. An unknown
     SubmitTime keeps Slurm's own hold (the job waits, nothing is lost)."""
     return job.submit_time is not None and now >= job.submit_time + RELAUNCH_SAFE_AFTER
