@@ -106,10 +106,10 @@ def _drain(cluster, nodes, reason=REASON):
 def test_sent_state_round_trip_and_forget(tmp_path):
     path = tmp_path / "w" / "sent.json"
     state = SentState(path=path)
-    state.events["pre1"] = NodeEvent("pre1", NOW, "r", "slurm", 20.0)
-    state.mark("7", "pre1", "notice", NOW, "pre1@x")
-    state.mark("8", "pre2", "notice", NOW, "pre2@x")
-    state.restarts["7"] = {"fast_restart": 1}
+    state.open_event(NodeEvent("pre1", NOW, "r", "slurm", 20.0))
+    state.mark_told("7", "pre1", "notice", NOW, "pre1@x")
+    state.mark_told("8", "pre2", "notice", NOW, "pre2@x")
+    state.record_fast_restart("7", 1)
     state.save()
     again = sentstate.load(path)
     assert again.done("7", "pre1", "notice") and not again.done("7", "pre1", "signal")
@@ -337,7 +337,6 @@ def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
     job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
     event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
     assert not tell.tell(watcher.ctx, watcher.outbox, job, event)  # retried on the next poll
-    watcher.ctx.dirty = True
     watcher._save()
     watcher._save()
     lines = _lines(caplog)
