@@ -25,7 +25,6 @@ from slurm_preempt.watch.loop import run
 from slurm_preempt.watch.outbox import Outbox
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.settings import Settings
-from slurm_preempt.watch.sources import DrainRules
 from slurm_preempt.watch.watcher import Watcher, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
@@ -81,8 +80,7 @@ def _kinds(state_dir, job_id) -> list[str]:
 def _watcher(cluster, tmp_path=None, **settings) -> Watcher:
     state_dir = cluster.spec.state_dir
     path = state_path(tmp_path, None) if tmp_path else None
-    rules = DrainRules.from_strings("preemptible", [r"^TogetherPreemptionNotified"], [r"^maint"])
-    values = {"grace": 20.0, "interval": 1.0, "rules": rules, **settings}
+    values = {"grace": 20.0, "interval": 1.0, "exclude_reasons": (r"^maint",), **settings}
     sent = sentstate.load(path) if path else SentState()
     return Watcher(Slurm(timeout=20), Settings(**values), sent, state_dir)
 
