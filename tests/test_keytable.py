@@ -121,15 +121,52 @@ def test_the_docs_tables_are_the_declarations():
         assert (ROOT / page).read_text() == text
 
 
+# Words that follow "[watch]" and the like in prose without being a key ("the [watch] keys").
+PROSE = {"keys", "in", "source", "section", "table"}
+PAGES = [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))]
+
+
 def test_every_key_the_docs_and_messages_name_is_declared():
     """``[watch] api_token_file`` in a page, a message or a comment names a key that exists."""
-    files = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("src/slurm_preempt/**/*.py")]
+    files = [*PAGES, *ROOT.glob("src/slurm_preempt/**/*.py"), *ROOT.glob("examples/**/*")]
     named = set()
-    for path in files:
-        for section, name in re.findall(
-            r"\[(watch|resume|report)\] `?([a-z]+_[a-z_]+|keep|signals)\b", path.read_text()
-        ):
-            named.add((section, name, path.name))
-    assert named, "no key named anywhere: the pattern is wrong"
+    for path in (f for f in files if f.is_file()):
+        for section, name in re.findall(r"\[(watch|resume|report)\] `?([a-z][a-z_]*)\b", path.read_text()):
+            if name not in PROSE:
+                named.add((section, name, path.name))
+    assert {n[1] for n in named} >= {"keep", "lease_ttl"}, "the pattern finds no key: it is wrong"
     unknown = sorted(n for n in named if n[1] not in _declared(n[0]))
     assert unknown == []
+
+
+def _config_blocks(page: Path) -> list[tuple[str, str, int]]:
+    """``(section, key, line)`` of every ``key = value`` (or ``# key = value``) line under a
+    ``[watch]``, ``[resume]`` or ``[report]`` header inside a fenced block of ``page``."""
+    found = []
+    fenced, section = False, ""
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced, section = not fenced, ""
+            continue
+        header = re.match(r"^\[([\w.]+)\]\s*$", line.strip())
+        if fenced and header:
+            section = header.group(1)
+            continue
+        entry = re.match(r"^#?\s*([a-z][a-z_]*)\s*=", line.strip())
+        if fenced and entry and section in SECTIONS:
+            found.append((section, entry.group(1), number))
+    return found
+
+
+def test_every_key_a_config_shown_in_the_docs_sets_is_declared():
+    """A ``[report]`` block in docs/report.md sets keys a user copies: each must be one."""
+    shown = [(page.name, *entry) for page in PAGES for entry in _config_blocks(page)]
+    assert {entry[1] for entry in shown} >= {"report"}, "no config block found: the parser is wrong"
+    unknown = [entry for entry in shown if entry[2] not in _declared(entry[1])]
+    assert unknown == []
+
+
+def test_a_config_block_with_a_key_that_is_none_is_found(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```toml\n[report]\ngpu_hour = 2\n# keep = 3\n[sbatch]\npartition = 'x'\n```\nkeep = 1\n")
+    assert _config_blocks(page) == [("report", "gpu_hour", 3), ("report", "keep", 4)]
