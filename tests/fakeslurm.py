@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slurm_preempt.errors import JobGoneError, SlurmTimeoutError
+from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
 
 T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
@@ -276,3 +277,7 @@ class FakeSlurm:
         base = "DOWN" if node.down else "MIXED" if busy else "IDLE"
         flags = frozenset({"DRAIN"} if node.drain else set())
         return Node(node.name, base, flags, node.features, node.reason, node.reason_time, "root")
+
+
+# mypy checks this file (pyproject.toml): a FakeSlurm that drifts from the protocol fails it here.
+_CONFORMS: WatcherSlurm = FakeSlurm(Clock())

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from hostileusers import MALLORY, ensure_user
 from slurm_preempt import ledger
+from slurm_preempt.admin import hooks
 from slurm_preempt.cli import main
-from slurm_preempt.records import hooks
 
 DATA = Path(__file__).parent / "data"
 # Every release with captured hook environments (scripts/capture-slurm-data.py).

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_preempt.admin import hooks
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, UsageError
-from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, versions
 from slurm_preempt.rehearsal.procs import Started
 
@@ -38,7 +38,7 @@ class ClusterSpec:
     name: str = "sptest"
     kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
-    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
+    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.admin.hooks)
     accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
     slurm: str = versions.SYSTEM  # which Slurm release runs it (rehearsal.versions.RELEASES)
 

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_preempt.admin import hooks
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, SlurmError, UsageError
-from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, procs, versions
 from slurm_preempt.rehearsal.clusterspec import (
     DEFAULT_DIR,

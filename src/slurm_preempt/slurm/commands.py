@@ -25,8 +25,7 @@ from pathlib import Path
 
 from slurm_preempt import ids
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError, UsageError
-from slurm_preempt.slurm import parse as slurmdata
-from slurm_preempt.slurm import sacct
+from slurm_preempt.slurm import parse, sacct
 from slurm_preempt.slurm.parse import Job, Node
 from slurm_preempt.slurm.sacct import AcctRecord
 
@@ -84,7 +83,7 @@ class Slurm:
                 input=None if input_text is None else input_text.encode(),
                 capture_output=True,
                 timeout=limit,
-                env={**base, **slurmdata.TIME_FORMAT_ENV},
+                env={**base, **parse.TIME_FORMAT_ENV},
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -113,7 +112,7 @@ class Slurm:
         named = env.get("SLURM_CONF")
         if named is None or os.path.isfile(named):
             try:
-                return slurmdata.parse_version(self.run(["sinfo", "--version"]))
+                return parse.parse_version(self.run(["sinfo", "--version"]))
             except SlurmNotFoundError:
                 raise
             except (SlurmError, ValueError):
@@ -124,7 +123,7 @@ class Slurm:
             probe = Slurm(timeout=self.timeout, env={**env, "SLURM_CONF": str(conf)})
             argv = ["sinfo", "--version"]
             try:
-                return slurmdata.parse_version(probe.run(argv))
+                return parse.parse_version(probe.run(argv))
             except SlurmNotFoundError:
                 raise
             except SlurmError as exc:
@@ -134,13 +133,13 @@ class Slurm:
 
     def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
         """All nodes (or ``names``), in one ``sinfo`` call whatever the cluster size."""
-        fields = slurmdata.format_arg(slurmdata.NODE_FIELDS, slurmdata.NODE_TEXT_FIELDS)
+        fields = parse.format_arg(parse.NODE_FIELDS, parse.NODE_TEXT_FIELDS)
         argv = ["sinfo", "-h", "-N", "-O", fields]
         if names:
             argv += ["-n", _nodes(names)]
         if states:
             argv += ["-t", states]
-        return slurmdata.parse_nodes(self.run_bytes(argv))
+        return parse.parse_nodes(self.run_bytes(argv))
 
     def jobs(
         self,
@@ -150,7 +149,7 @@ class Slurm:
         user: str | None = None,
     ) -> list[Job]:
         """Jobs filtered by ids, nodes, states and user, in one ``squeue`` call."""
-        argv = ["squeue", "-h", "-O", slurmdata.format_arg(slurmdata.JOB_FIELDS, slurmdata.JOB_TEXT_FIELDS)]
+        argv = ["squeue", "-h", "-O", parse.format_arg(parse.JOB_FIELDS, parse.JOB_TEXT_FIELDS)]
         wanted = _job_names(job_ids or [])
         if wanted:
             argv += ["-j", ",".join(wanted)]
@@ -161,7 +160,7 @@ class Slurm:
         if user:
             argv += ["-u", user]
         try:
-            return slurmdata.parse_jobs(self.run_bytes(argv))
+            return parse.parse_jobs(self.run_bytes(argv))
         except JobGoneError:
             # squeue -j with only ended ids exits 1 on 22.05; "no such job" is an empty answer.
             return []
@@ -192,7 +191,7 @@ class Slurm:
                 # --test-only answers on stderr, and exits 0 only when the job could run.
                 raise SlurmError(argv, exc.returncode, exc.stderr) from None
             return "ok"
-        return slurmdata.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
+        return parse.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
 
     def signal(self, job_id: str, signal: str, *, batch_only: bool = False, full: bool = False) -> None:
         """``scancel --signal``: the only way slurm-preempt signals a job (never a PID from a file)."""
@@ -260,7 +259,7 @@ class Slurm:
 
     def config(self) -> dict[str, str]:
         """The running controller's configuration (``scontrol show config``): key -> value text."""
-        return slurmdata.parse_config(self.run(["scontrol", "show", "config"]))
+        return parse.parse_config(self.run(["scontrol", "show", "config"]))
 
     def ping(self) -> bool:
         """True when the controller answers."""
@@ -285,7 +284,7 @@ def _job_names(job_ids: Iterable[str]) -> list[str]:
 
 def _nodes(names: Iterable[str]) -> str:
     try:
-        return slurmdata.compress_nodes(names)
+        return parse.compress_nodes(names)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
