@@ -220,7 +220,7 @@ def correlated_poll(cluster: SmallCluster, per_node: int) -> tuple[int, float]:
     began = time.monotonic()
     result = watcher.poll_once()
     took = time.monotonic() - began
-    cluster.slurm.run(["scancel", *jobs])
+    cluster.slurm.cancel_many(jobs)
     cluster.slurm.resume(pre)
     return result.actions.get("signal_sent", 0), took
 

@@ -46,12 +46,20 @@ def _no_version(argv: list[str], returncode: int | None, stderr: str) -> SlurmEr
     return error
 
 
-# Slurm's words for "that job is gone", across 22.05 and 24.11.
+# Slurm's words for "that job is gone" (its error strings for ESLURM_INVALID_JOB_ID, ESLURM_JOB_FINISHED
+# and ESLURM_ALREADY_DONE), across 22.05, 24.11 and 26.05: scontrol prints them alone ("Invalid job id
+# specified for job 12"), scancel after the job ("Kill job error on job id 12: Invalid job id specified").
 _GONE_MARKERS = (
     "Invalid job id specified",
     "Job has already finished",
     "Job/step already completing",
 )
+
+
+def job_gone(complaint: str) -> bool:
+    """True when Slurm's complaint (stderr, or one line of it) says the job named has ended or never
+    existed: nothing to act on any more, rather than an act that failed."""
+    return any(marker in complaint for marker in _GONE_MARKERS)
 
 
 @dataclass
@@ -92,7 +100,7 @@ class Slurm:
             raise SlurmError(argv, None, str(exc)) from None
         stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
-            if any(marker in stderr for marker in _GONE_MARKERS):
+            if job_gone(stderr):
                 raise JobGoneError(argv, proc.returncode, stderr)
             raise SlurmError(argv, proc.returncode, stderr)
         return proc.stdout
@@ -218,6 +226,12 @@ class Slurm:
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", *_job_names([job_id])])
 
+    def cancel_many(self, job_ids: Sequence[str]) -> None:
+        """One ``scancel`` for many jobs (a cluster's teardown). Without ``--signal`` scancel says
+        nothing about a job that already ended, and exits 0."""
+        if job_ids:
+            self.run(["scancel", *_job_names(job_ids)])
+
     def requeue(self, job_id: str) -> None:
         """Requeue one job, or one array task named ``A_T``.
 
@@ -261,6 +275,18 @@ class Slurm:
         """The running controller's configuration (``scontrol show config``): key -> value text."""
         return parse.parse_config(self.run(["scontrol", "show", "config"]))
 
+    def add_cluster(self, name: str, timeout: float = 60.0) -> bool:
+        """Register cluster ``name`` with slurmdbd (``sacctmgr -i add cluster``); False when it already
+        was. Asked first: sacctmgr refuses a cluster it knows with exit 1, saying so on stdout only."""
+        if not _CLUSTER_NAME.fullmatch(name):
+            raise UsageError(f"not a Slurm cluster name: {ids.shorten(name)}")
+        argv = ["sacctmgr", "-n", "-P", "show", "cluster", "where", f"name={name}", "format=cluster"]
+        known = self.run(argv, timeout=timeout)
+        if name in known.split():
+            return False
+        self.run(["sacctmgr", "-i", "add", "cluster", name], timeout=timeout)
+        return True
+
     def ping(self) -> bool:
         """True when the controller answers."""
         try:
@@ -289,6 +315,7 @@ def _nodes(names: Iterable[str]) -> str:
         raise UsageError(str(exc)) from None
 
 
+_CLUSTER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")  # slurm.conf's ClusterName, as Slurm lowercases it
 _VALUE = re.compile(r"[A-Za-z0-9_.:&|\[\]*()!,+-]{1,256}")
 
 
