@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_preempt import procinfo
 from slurm_preempt.job import checkpoint_io, commit
 from slurm_preempt.job.checkpoint import CheckpointStore
 from slurm_preempt.job.commit import Owner, step_name
@@ -316,6 +317,15 @@ def test_same_host_pid_reused_by_another_process_is_not_the_saver(tmp_path):
     )
     assert ghost.gone(me) is True  # our pid, but a process that started at another time
     assert Owner.current().gone(me) is False
+
+
+def test_without_proc_a_saver_is_asked_by_its_pid_alone(monkeypatch):
+    me = Owner.current()
+    assert me.pid_start == str(procinfo.start_ticks(os.getpid()))  # as .owner holds it
+    monkeypatch.setattr(procinfo, "read", lambda _pid: None)
+    assert Owner.current().pid_start == ""
+    assert commit.process_running(os.getpid(), me.pid_start)  # kill(pid, 0): it is there
+    assert not commit.process_running(_dead_pid(), me.pid_start)
 
 
 def test_aside_folder_of_an_older_version_is_read_and_put_back(tmp_path):
