@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import FrozenInstanceError, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,10 +21,9 @@ from apisurface import actual, documented
 from clusterutil import wait_for
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
-from slurm_preempt.errors import CheckpointError
 from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import CheckpointStore, step_name
-from slurm_preempt.job.formats import PickleFormat, ShardedFormat, TorchFormat
+from slurm_preempt.job.formats import PickleFormat, TorchFormat
 from slurm_preempt.job.resume import Run, Wiring
 from slurm_preempt.notice import Notice, from_text, notice_path, utcnow, write_notice
 
@@ -156,7 +155,7 @@ def test_signal_sets_a_flag_and_a_deadline_after_the_signal(tmp_path, job):
 
 def test_sigterm_of_our_own_requeue_is_not_a_new_preemption(tmp_path, job):
     with _run(tmp_path, job) as run:
-        run._requeuing = True  # as requeue_and_exit sets it before `scontrol requeue`
+        run._signals.muted = True  # as requeue_and_exit sets it before `scontrol requeue`
         os.kill(os.getpid(), signal.SIGTERM)
         assert not run.notified
 
@@ -202,7 +201,7 @@ def test_background_save_errors_surface_on_the_next_save(tmp_path, job):
     run.save(1, b"x")
     with pytest.raises(Exception, match="background save failed"):
         run.save(2, b"y")
-    run._restore_signals()
+    run._signals.restore()
 
 
 REQUEUE_SCRIPT = """
@@ -453,17 +452,6 @@ def test_run_has_no_public_mutable_state(tmp_path, job):
             assert getattr(Run, name).fset is None, name
         with pytest.raises(AttributeError):
             run.step = 3  # type: ignore[misc]
-
-
-def test_a_format_is_one_object_so_impossible_combinations_cannot_be_written(tmp_path):
-    with pytest.raises(TypeError):
-        ShardedFormat(background=True)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        PickleFormat(True)  # type: ignore[misc]  # keyword only: background=True
-    with pytest.raises(CheckpointError, match="every rank together"):
-        CheckpointStore(tmp_path, format=ShardedFormat())  # type: ignore[arg-type]
-    with pytest.raises(FrozenInstanceError):
-        TorchFormat().background = True  # type: ignore[misc]
 
 
 def test_the_wiring_environment_is_the_whole_environment(tmp_path, job, monkeypatch):

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurm_preempt import ledger
 from slurm_preempt.job.environment import JobEnv
+
+if TYPE_CHECKING:
+    from slurm_preempt.job.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,17 @@ class LedgerWriter:
                 self._warned = True
                 log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
             return None
+
+    def checkpoint_saved(self, found: Checkpoint, final: bool) -> Path | None:
+        """``checkpoint_saved``: ``final`` when it is the checkpoint taken for a notice."""
+        return self.record(
+            "checkpoint_saved",
+            step=found.step,
+            path=str(found.path),
+            bytes=found.nbytes,
+            seconds=found.manifest.get("seconds"),
+            final=final,
+        )
 
     def handled_events(self) -> set[str]:
         """Notice event ids an earlier attempt already acted on (it requeued for them)."""

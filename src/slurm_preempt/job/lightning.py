@@ -123,7 +123,7 @@ class PreemptionCallback(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         assert self._run is not None
         # Replaces Lightning's SIGTERM and USR1 handlers, installed at fit start.
-        self._run._install_signals(self._settings.signals)
+        self._run._signals.install(self._settings.signals)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
         run = self._run

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +43,7 @@ from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.job.pacing import Pacer
 from slurm_preempt.job.sharded import KIND as SHARDED
 from slurm_preempt.job.sharded import ShardedStore, Writer
+from slurm_preempt.job.signal_flag import SignalFlag
 from slurm_preempt.notice import Notice
 from slurm_preempt.notice import deadline as deadline_of
 
@@ -111,18 +110,15 @@ class Run:
         self._step = 0
         self._restored: Checkpoint | None = None
         self._last_save = time.monotonic()
-        self._signal_at: float | None = None  # wall clock of the first preemption signal
-        self._signal_name = ""
+        self._signals = SignalFlag(heard=self._reread_notice)
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
-        self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
         self._handled_events: set[str] = self._ledger.handled_events()
         self._notice: Notice | None = None
         self._recorded_path: Path | None = None  # the last checkpoint written to the ledger
         self._notice_checked = float("-inf")
-        self._previous_handlers: dict[int, Any] = {}
         if wiring.install_signals:
-            self._install_signals(self._settings.signals)
+            self._signals.install(self._settings.signals)
 
     # ------------------------------------------------------------------------------------ where it stands
 
@@ -181,8 +177,8 @@ class Run:
         Sharded (``format=ShardedFormat()``, every rank calls it): ``into`` is the state dict to fill in
         place (tensors, DTensors, FSDP2 shards laid out for this world size; DCP reshards); returns it
         filled, or None on every rank when no checkpoint is complete and loadable everywhere. Raises
-        CheckpointError when the newest checkpoint is of the other kind (sharded or whole) or a
-        sharded restore has no ``into``; MissingDependencyError when it needs torch and there is none."""
+        CheckpointError when a whole format finds a sharded checkpoint or a sharded restore has no
+        ``into``; MissingDependencyError when it needs torch and there is none."""
         done = self._restore_sharded(into) if self._sharded is not None else self._restore_whole()
         if done is None:
             return None
@@ -195,7 +191,7 @@ class Run:
         callback, whose trainer loads the checkpoint itself, calls it after choosing one)."""
         self._restored, self._step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
-        self._notice_checked = float("-inf")  # re-read the notice with the handled events known
+        self._reread_notice()  # with the handled events known
         if self._writer:
             self._say_resumed(found)
 
@@ -232,35 +228,6 @@ class Run:
 
     # ------------------------------------------------------------------------------------ notices
 
-    def _install_signals(self, names: tuple[str, ...]) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            log.warning("signal handlers can only be installed from the main thread; notices by file only")
-            return
-        for name in names:
-            number = getattr(signal, f"SIG{name.upper().removeprefix('SIG')}")
-            self._previous_handlers[number] = signal.signal(number, self._on_signal)
-
-    def _restore_signals(self) -> None:
-        for number, handler in self._previous_handlers.items():
-            signal.signal(number, handler)
-        self._previous_handlers.clear()
-
-    def _ignore_signals(self) -> None:
-        # Our own `scontrol requeue` SIGTERMs the job. A Python handler would swallow it, but the
-        # interpreter puts SIG_DFL back while it shuts down, and a SIGTERM landing then ends the
-        # process with 143 instead of the exit code we chose. SIG_IGN survives the shutdown.
-        if threading.current_thread() is threading.main_thread():
-            for number in self._previous_handlers:
-                signal.signal(number, signal.SIG_IGN)
-
-    def _on_signal(self, number, _frame) -> None:
-        # A flag only: no I/O, no checkpoint here (that hangs under NCCL/DDP); the step boundary acts.
-        if self._requeuing or self._signal_at is not None:
-            return
-        self._signal_at = time.time()
-        self._signal_name = signal.Signals(number).name
-        self._notice_checked = float("-inf")  # re-read the notice file at the next step boundary
-
     @property
     def notice(self) -> Notice | None:
         """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
@@ -273,18 +240,23 @@ class Run:
     def _fresh_notice(self) -> Notice | None:
         return fresh_notice(self._env, self._handled_events)
 
+    def _reread_notice(self) -> None:
+        # Called from the signal handler too: a flag only (no I/O, no checkpoint, which hangs under
+        # NCCL/DDP); the notice file is read again at the next step boundary.
+        self._notice_checked = float("-inf")
+
     @property
     def notified(self) -> bool:
         """This rank has seen a signal or a notice (not yet agreed with the other ranks)."""
-        return self._signal_at is not None or self.notice is not None
+        return self._signals.at is not None or self.notice is not None
 
     @property
     def deadline(self) -> datetime | None:
         notice = self.notice
         if notice is not None:
             return notice.deadline
-        if self._signal_at is not None:
-            signalled = datetime.fromtimestamp(self._signal_at, timezone.utc)
+        if self._signals.at is not None:
+            signalled = datetime.fromtimestamp(self._signals.at, timezone.utc)
             return deadline_of(signalled, self._settings.deadline_after_signal)
         return None
 
@@ -303,7 +275,7 @@ class Run:
         every_due = bool(self._every and step % self._every == 0 and step != self._step)  # same on all ranks
         if not self._pacer.due():
             return every_due
-        local_stop = int(self.notified and not self._requeuing)
+        local_stop = int(self.notified and not self._signals.muted)
         interval_due = int(bool(self._interval and time.monotonic() - self._last_save >= self._interval))
         stop, due, minus_every = self._agreement.agree([local_stop, interval_due, -self._pacer.proposal()])
         self._pacer.agreed(-minus_every)
@@ -324,7 +296,7 @@ class Run:
         notice = self.notice
         if notice is not None:
             return f"node {notice.node}: {notice.reason}" if notice.reason else f"node {notice.node}"
-        return self._signal_name or "another rank"
+        return self._signals.name or "another rank"
 
     def save(self, step: int, state: Any, meta: dict | None = None) -> None:
         """Checkpoint ``state`` at ``step`` in the run's format: whole formats on the writer rank only
@@ -384,14 +356,7 @@ class Run:
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
-        self._ledger.record(
-            "checkpoint_saved",
-            step=found.step,
-            path=str(found.path),
-            bytes=found.nbytes,
-            seconds=found.manifest.get("seconds"),
-            final=self._stopping,
-        )
+        self._ledger.checkpoint_saved(found, final=self._stopping)
 
     def _current_event(self) -> set[str]:
         notice = self.notice if self._stopping else None
@@ -416,8 +381,8 @@ class Run:
         for the node to go away so Slurm requeues a ``--requeue`` job itself. Raises SystemExit only
         (CheckpointError first if a background save failed)."""
         self.wait()
-        self._requeuing = True
-        self._ignore_signals()
+        self._signals.muted = True
+        self._signals.ignore()
         if not self._writer:
             sys.exit(exit_code)
         if not self._env.job_id:
@@ -442,7 +407,7 @@ class Run:
             if finished:
                 self._say_done()
         finally:
-            self._restore_signals()
+            self._signals.restore()
             close_agreement = getattr(self._agreement, "close", None)
             if close_agreement is not None:
                 close_agreement()

@@ -87,14 +87,7 @@ def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | N
         "handled_events": sorted(handled),
     }
     found = store.save_paths(step, paths, meta)
-    ledger.record(
-        "checkpoint_saved",
-        step=step,
-        path=str(found.path),
-        bytes=found.nbytes,
-        seconds=found.manifest.get("seconds"),
-        final=notice is not None,
-    )
+    ledger.checkpoint_saved(found, final=notice is not None)
     return found
 
 
