@@ -51,7 +51,8 @@ def test_a_resave_is_a_new_generation_and_the_old_one_goes_after(tmp_path):
     first = store.save(7, b"first")
     second = store.save(7, b"second")
     assert first.path.name == "step-000000000007" and second.path.name == "step-000000000007.1"
-    assert store.load_latest() == (7, b"second")
+    found, payload = store.restore()
+    assert (found.step, payload) == (7, b"second")
     store.settle()
     assert sorted(os.listdir(tmp_path)) == ["step-000000000007.1"]
     assert store.save(7, b"third").path.name == "step-000000000007.2"
@@ -191,7 +192,7 @@ def test_a_kill_at_any_step_of_a_resave_keeps_one_complete_copy(tmp_path):
 def test_a_kill_at_any_step_of_a_background_save(tmp_path):
     def action(directory, keep):
         store = CheckpointStore(directory, keep=keep)
-        store.save_async(3, {"state": payload(3, 30)})
+        store.save(3, {"state": payload(3, 30)}, background=True)
         store.settle()
 
     def check(found, where):

@@ -1,4 +1,4 @@
-"""What a job learns from its environment, and the ledger it writes to.
+"""What a job learns from its environment.
 
 Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
 id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurm_preempt import ledger, procinfo
+from slurm_preempt import procinfo
 from slurm_preempt.config import ENV_STATE_DIR
 from slurm_preempt.notice import ENV_NOTICE, Notice, notice_path, read_notice
 
@@ -166,36 +166,3 @@ def fresh_notice(env: JobEnv, handled: set[str]) -> Notice | None:
     if started is not None and (started - found.drain_time).total_seconds() > NOTICE_SKEW:
         return None
     return found
-
-
-class LedgerWriter:
-    """Ledger events of this job; a missing or unwritable state folder warns once and never raises."""
-
-    def __init__(self, state_dir: Path | None, job_id: str):
-        self.state_dir, self.job_id = state_dir, job_id
-        self._warned = False
-
-    def record(self, kind: str, **fields) -> Path | None:
-        if self.state_dir is None or not self.job_id:
-            return None
-        try:
-            return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
-        except (OSError, ValueError) as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
-            return None
-
-    def handled_events(self) -> set[str]:
-        """Notice event ids an earlier attempt already acted on (it requeued for them)."""
-        if self.state_dir is None or not self.job_id:
-            return set()
-        try:
-            events = ledger.events(self.state_dir, self.job_id)
-        except (OSError, ValueError):
-            return set()
-        return {e["event_id"] for e in events if e.get("kind") == "requeued" and e.get("event_id")}
-
-
-def ledger_writer(env: JobEnv) -> LedgerWriter:
-    return LedgerWriter(env.state_dir, env.job_id)
