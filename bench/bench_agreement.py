@@ -11,6 +11,7 @@ exchange adds <= 5% to a 2 ms step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -31,14 +32,16 @@ def _worker(rank: int, world: int, work: str, steps: int, rounds: int, size: int
     import torch
     import torch.distributed as dist
 
-    from slurm_preempt.job.resume import Run
+    from slurm_preempt.job import settings
+    from slurm_preempt.job.resume import Run, Wiring
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{work}/store", rank=rank, world_size=world)
-    env = {"RANK": str(rank), "WORLD_SIZE": str(world)}
+    wiring = Wiring(environ={"RANK": str(rank), "WORLD_SIZE": str(world)}, install_signals=False)
+    every_step = dataclasses.replace(settings.load(), agree_seconds=0.0)
     runs = {
-        "every step": Run(f"{work}/ckpt", environ=env, agree_seconds=0.0, install_signals=False),
-        "paced": Run(f"{work}/ckpt", environ=env, install_signals=False),
+        "every step": Run(f"{work}/ckpt", settings=every_step, _wiring=wiring),
+        "paced": Run(f"{work}/ckpt", _wiring=wiring),
     }
     grad = torch.ones(size)
 

@@ -9,12 +9,13 @@ noisy; per-round ratios cancel what the round shares.
 
 - bytes save: ``store.save`` of one buffer vs plain Python ``write`` + ``fsync`` of the same buffer; the
   limit: ``O_DIRECT`` writes of the same (page-aligned) buffer. Target >= 0.9.
-- torch save: ``store.save_torch`` of a state dict vs ``torch.save`` to a file + fsync + rename; peers:
-  torch.distributed.checkpoint (DCP) ``save`` and ``async_save`` (to completion). Target >= 0.9.
-- load: ``store.load_latest`` (verified) vs a raw read of the same file(s) into memory, page cache
+- torch save: ``store.save`` (``TorchFormat``) of a state dict vs ``torch.save`` to a file + fsync +
+  rename; peers: torch.distributed.checkpoint (DCP) ``save`` and ``async_save`` (to completion).
+  Target >= 0.9.
+- load: ``store.restore`` (verified) vs a raw read of the same file(s) into memory, page cache
   dropped before each (``posix_fadvise(DONTNEED)``: a restore on a node that did not write it);
   peer: ``torch.load``. Target >= 0.8.
-- async stall: what ``save_torch(background=True)`` / ``save_async`` make the caller wait vs a clone of
+- async stall: what ``save(background=True)`` (torch and pickle formats) makes the caller wait vs a clone of
   every tensor / copy of every array (fresh memory each time); peer: DCP ``async_save``; the best of 3
   of each in a round. The store reuses the copy's memory from one background save to the next, so its
   first save stalls like a clone and the later ones less. Target <= 1.1.
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurm_preempt.job.checkpoint import CheckpointStore
+from slurm_preempt.job.formats import PickleFormat, TorchFormat
 
 MiB = 1 << 20
 Timed = Callable[[int], float]  # round number -> seconds
@@ -276,7 +278,7 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
     import torch.distributed.checkpoint as dcp
 
     state = _torch_state(mib)
-    store = CheckpointStore(folder / "store", keep=1)
+    store = CheckpointStore(folder / "store", keep=1, format=TorchFormat())
 
     def torch_save(turn):
         final, tmp = folder / f"state-{turn}.pt", folder / f"state-{turn}.pt.tmp"
@@ -292,7 +294,7 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
         return seconds
 
     def ours(turn):
-        seconds = _timed(lambda: store.save_torch(turn, state))
+        seconds = _timed(lambda: store.save(turn, state))
         store.settle()
         return seconds
 
@@ -306,7 +308,7 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
         shutil.rmtree(folder / f"dcpa-{turn}")
         return seconds
 
-    contenders = {"torch.save+fsync+rename": torch_save, "store.save_torch": ours,
+    contenders = {"torch.save+fsync+rename": torch_save, "store.save (torch)": ours,
                   "DCP save": dcp_sync, "DCP async_save (to completion)": dcp_async}  # fmt: skip
     with _quiet():
         seconds = _alternate(contenders, rounds)
@@ -314,7 +316,7 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
     peers = ["DCP save", "DCP async_save (to completion)"]
     baseline = "torch.save+fsync+rename"
     return _speed_rows(
-        f"torch state {mib} MiB", seconds, mib * MiB, "store.save_torch", baseline, peers, ">= 0.9"
+        f"torch state {mib} MiB", seconds, mib * MiB, "store.save (torch)", baseline, peers, ">= 0.9"
     )
 
 
@@ -322,9 +324,10 @@ def bench_torch_save(folder: Path, mib: int, rounds: int) -> list[dict]:
 
 
 def bench_load(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]:
-    store = CheckpointStore(folder / f"load-{payload}", keep=1)
+    fmt = TorchFormat() if payload == "torch" else PickleFormat()
+    store = CheckpointStore(folder / f"load-{payload}", keep=1, format=fmt)
     if payload == "torch":
-        found = store.save_torch(1, _torch_state(mib))
+        found = store.save(1, _torch_state(mib))
     elif payload == "numpy":
         import numpy
 
@@ -345,7 +348,7 @@ def bench_load(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]:
 
     def ours(_turn):
         _drop_cache(found.path)
-        return _timed(lambda: _touch(store.load_latest()[1]))
+        return _timed(lambda: _touch(store.restore()[1]))
 
     def torch_load(_turn):
         import torch
@@ -353,14 +356,14 @@ def bench_load(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]:
         _drop_cache(found.path)
         return _timed(lambda: _touch(torch.load(files[0], weights_only=False)))
 
-    contenders: dict[str, Timed] = {"raw read": raw, "store.load_latest": ours}
+    contenders: dict[str, Timed] = {"raw read": raw, "store.restore": ours}
     if payload == "torch":
         contenders["torch.load"] = torch_load
     seconds = _alternate(contenders, rounds)
     shutil.rmtree(folder / f"load-{payload}")
     peers = [p for p in contenders if p == "torch.load"]
     section = f"load {payload} {mib} MiB (cold cache)"
-    return _speed_rows(section, seconds, found.nbytes, "store.load_latest", "raw read", peers, ">= 0.8")
+    return _speed_rows(section, seconds, found.nbytes, "store.restore", "raw read", peers, ">= 0.8")
 
 
 def _touch(state) -> None:
@@ -376,16 +379,14 @@ def _touch(state) -> None:
 
 
 def bench_stall(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]:
-    store = CheckpointStore(folder / f"stall-{payload}", keep=2)
+    fmt = TorchFormat() if payload == "torch" else PickleFormat()
+    store = CheckpointStore(folder / f"stall-{payload}", keep=2, format=fmt)
     if payload == "torch":
         state = _torch_state(mib)
         copy_name = "tensor clone"
 
         def copy():
             return {k: v.clone() for k, v in state.items()}
-
-        def save(turn):
-            store.save_torch(turn, state, background=True)
 
     else:
         import numpy
@@ -396,14 +397,11 @@ def bench_stall(folder: Path, mib: int, rounds: int, payload: str) -> list[dict]
         def copy():
             return {k: v.copy() for k, v in state.items()}
 
-        def save(turn):
-            store.save_async(turn, state)
-
     def baseline(_turn):
         return _timed(copy)
 
     def ours(turn):
-        seconds = _timed(lambda: save(turn))
+        seconds = _timed(lambda: store.save(turn, state, background=True))
         store.settle()  # the write itself is not the stall
         return seconds
 
@@ -468,9 +466,9 @@ def bench_restore(folder: Path, count: int) -> dict:
     times = []
     for _ in range(20):
         started = time.perf_counter()
-        step, state = store.load_latest()
+        found, state = store.restore()
         times.append(time.perf_counter() - started)
-        assert step == count - 1 and state["step"] == step
+        assert found.step == count - 1 and state["step"] == found.step
     shutil.rmtree(folder / "many")
     return _row(f"restore latest among {count} checkpoints", round(statistics.median(times) * 1000, 2), "ms")
 

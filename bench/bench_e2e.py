@@ -33,7 +33,6 @@ from slurm_preempt import ledger
 from slurm_preempt.notice import from_text
 from slurm_preempt.records import history
 from slurm_preempt.rehearsal import drill, testcluster
-from slurm_preempt.slurm.commands import Slurm
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_loop.py"
@@ -47,7 +46,7 @@ def _times(events: list[dict], kind: str) -> list[float]:
 
 def _run_trace(state, workdir: Path, steps: int, mtbp: float, seed: int, notices: bool) -> dict:
     env = {**os.environ, **state.env()}
-    slurm = Slurm(env=env)
+    slurm = state.slurm(timeout=30)
     work = workdir / ("with" if notices else "without")
     work.mkdir(parents=True)
     script = work / "job.sbatch"

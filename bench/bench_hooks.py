@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from slurm_preempt.records import hooks  # noqa: E402
+from slurm_preempt.admin import hooks  # noqa: E402
 
 ENV_DIR = ROOT / "tests" / "data" / "slurm-22.05" / "hook-env"
 TARGET_MS = 50.0

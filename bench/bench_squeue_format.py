@@ -23,15 +23,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
-from slurm_preempt.slurm import parse as slurmdata  # noqa: E402
+from slurm_preempt.slurm import parse  # noqa: E402
 
 DIRECTORY = Path("/tmp/squeue-bench")
-OLD_FIELDS = (*slurmdata.JOB_FIELDS, *(name for name, _ in slurmdata.JOB_TEXT_FIELDS))
+OLD_FIELDS = (*parse.JOB_FIELDS, *(name for name, _ in parse.JOB_TEXT_FIELDS))
 
 
 def _queries() -> dict[str, list[str]]:
-    today = slurmdata.format_arg(slurmdata.JOB_FIELDS, slurmdata.JOB_TEXT_FIELDS)
-    before = slurmdata.format_arg(OLD_FIELDS)
+    today = parse.format_arg(parse.JOB_FIELDS, parse.JOB_TEXT_FIELDS)
+    before = parse.format_arg(OLD_FIELDS)
     return {
         "separator only (before)": ["squeue", "-h", "-t", "pending", "-O", before],
         "fixed-width text (today)": ["squeue", "-h", "-t", "pending", "-O", today],
@@ -52,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     spec = tc.ClusterSpec(directory=DIRECTORY, port=18290, standard=1, preemptible=1, cpus=4)
     state = tc.up(spec, timeout=120)
-    env = {**state.env(), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin", **slurmdata.TIME_FORMAT_ENV}
+    env = {**state.env(), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin", **parse.TIME_FORMAT_ENV}
     try:
         comment = "my run slurm-preempt:signal=USR1 slurm-preempt:fallback-after=3"
         for i in range(args.jobs):
@@ -67,11 +67,11 @@ def main() -> int:
                 times[name].append(seconds)
                 sizes[name] = len(out)
         _, out = _time(queries["fixed-width text (today)"], env)
-        parse = []
+        parse_seconds = []
         for _round in range(args.rounds):
             began = time.perf_counter()
-            jobs = slurmdata.parse_jobs(out)
-            parse.append(time.perf_counter() - began)
+            jobs = parse.parse_jobs(out)
+            parse_seconds.append(time.perf_counter() - began)
         assert len(jobs) == args.jobs, len(jobs)
         base = statistics.median(times["separator only (before)"])
         rows = {
@@ -82,7 +82,7 @@ def main() -> int:
             }
             for name, values in times.items()
         }
-        rows["parse today's output (python)"] = {"median_s": round(statistics.median(parse), 4)}
+        rows["parse today's output (python)"] = {"median_s": round(statistics.median(parse_seconds), 4)}
         print(json.dumps({"pending_jobs": args.jobs, "rounds": args.rounds, "results": rows}, indent=1))
     finally:
         tc.down(DIRECTORY)

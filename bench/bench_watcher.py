@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from slurm_preempt.rehearsal import procs  # noqa: E402
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
-from slurm_preempt.slurm import parse as slurmdata  # noqa: E402
+from slurm_preempt.slurm import parse  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
 from slurm_preempt.watch.loop import run as run_loop  # noqa: E402
 from slurm_preempt.watch.sentstate import SentState  # noqa: E402
@@ -220,7 +220,7 @@ def correlated_poll(cluster: SmallCluster, per_node: int) -> tuple[int, float]:
     began = time.monotonic()
     result = watcher.poll_once()
     took = time.monotonic() - began
-    cluster.slurm.run(["scancel", *jobs])
+    cluster.slurm.cancel_many(jobs)
     cluster.slurm.resume(pre)
     return result.actions.get("signal_sent", 0), took
 
@@ -309,7 +309,7 @@ def big_rows(quick: bool, small_queries: int) -> list[dict]:
             wall.append(time.monotonic() - w0)
             queries.append(result.queries)
         bare, every_node = [], []
-        argv = ["sinfo", "-h", "-N", "-O", slurmdata.format_arg(slurmdata.NODE_FIELDS)]
+        argv = ["sinfo", "-h", "-N", "-O", parse.format_arg(parse.NODE_FIELDS)]
         for _ in range(rounds):
             c0 = _cpu()
             slurm.run([*argv, "-t", NODE_STATES])  # the query the watcher makes

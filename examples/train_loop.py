@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--result", required=True, help="JSON file written when the run is complete")
     args = parser.parse_args()
 
-    run = slurm_preempt.Run(checkpoint_dir=args.checkpoint_dir, every=args.every)
+    run = slurm_preempt.Run(args.checkpoint_dir, every=args.every)
     state = run.restore() or {"value": 1, "nodes": []}  # None on a first run: start from scratch
     state["nodes"].append(os.environ.get("SLURMD_NODENAME", "local"))
     for step in range(run.step + 1, args.steps + 1):

@@ -1,4 +1,4 @@
-"""A multi-node training loop with sharded state that survives preemption: slurm_preempt.Run(sharded=True).
+"""A multi-node training loop with sharded state that survives preemption: slurm_preempt.ShardedFormat.
 
 Every rank holds a shard of the "model" (a DTensor split over all ranks, as FSDP2 lays out parameters),
 saves its own part of each checkpoint (torch.distributed.checkpoint), and one commit makes the parts
@@ -66,7 +66,7 @@ def main() -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     weights = distribute_tensor(torch.arange(SIZE, dtype=torch.int64), mesh, [Shard(0)])
     state = {"weights": weights}
-    run = slurm_preempt.Run(checkpoint_dir=args.checkpoint_dir, every=args.every, sharded=True)
+    run = slurm_preempt.Run(args.checkpoint_dir, every=args.every, format=slurm_preempt.ShardedFormat())
     run.restore(into=state)  # in place, resharded to this world size; None on a first run
     for step in range(run.step + 1, args.steps + 1):
         time.sleep(args.step_seconds)

@@ -159,9 +159,7 @@ class ClusterHandle:
 
     def reset(self) -> None:
         """Cancel every job and bring every node back."""
-        ids = [j.job_id for j in self.slurm.jobs()]
-        if ids:
-            self.slurm.run(["scancel", *ids])
+        self.slurm.cancel_many([j.job_id for j in self.slurm.jobs()])
         wait_for(lambda: not self.slurm.jobs(states="running,completing,pending"), 90, what="jobs to end")
         for node in self.slurm.nodes():
             if not node.available:

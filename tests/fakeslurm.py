@@ -1,12 +1,15 @@
 """An in-memory Slurm for fast unit tests of the watcher's decisions. Never for integration tests:
 whatever is about Slurm itself is tested on the real local cluster.
 
-``FakeSlurm`` answers the calls of ``slurm_preempt.slurm.interface.WatcherSlurm`` the way Slurm 22.05
-does on the local cluster (DESIGN.md, "Slurm behaviour verified"): a DOWN after a DRAIN overwrites
-the reason and its time; a requeued job waits PENDING with Reason=BeginTime and Restarts + 1; an
-array's own id names every task of the array, ``A_T`` one task; scancel names on stderr each job it
-could not signal. It records every call, fails or times out on demand, and takes its time from an
-injected ``Clock``: nothing sleeps.
+``FakeSlurm`` answers the calls of ``slurm_preempt.slurm.interface.WatcherSlurm`` (mypy checks that it
+does) the way Slurm does on the local cluster, where the cluster tests check each behaviour: a DOWN
+after a DRAIN overwrites the reason and its time, and a requeued job waits PENDING with Reason=BeginTime
+and Restarts + 1 (test_testcluster.py, test_drain_then_down_requeues_with_restart_count); an array's
+own id names every task of the array, ``A_T`` one task (test_slurm_behaviour.py,
+test_one_array_task_runs_with_the_arrays_own_id); scancel names on stderr each job it could not signal,
+in Slurm's words for a gone job (test_commands.py, test_slurms_words_for_a_job_that_is_gone). It
+records every call, fails or times out on demand, and takes its time from an injected ``Clock``:
+nothing sleeps.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slurm_preempt.errors import JobGoneError, SlurmTimeoutError
+from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
 
 T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
@@ -276,3 +280,7 @@ class FakeSlurm:
         base = "DOWN" if node.down else "MIXED" if busy else "IDLE"
         flags = frozenset({"DRAIN"} if node.drain else set())
         return Node(node.name, base, flags, node.features, node.reason, node.reason_time, "root")
+
+
+# mypy checks this file (pyproject.toml): a FakeSlurm that drifts from the protocol fails it here.
+_CONFORMS: WatcherSlurm = FakeSlurm(Clock())

@@ -14,9 +14,11 @@ from slurm_preempt.job.agreement import FileAgreement, SingleProcess
 from slurm_preempt.job.checkpoint import CheckpointStore
 
 WORKER = """
-import json, os, signal, sys
+import dataclasses, json, os, signal, sys
 from slurm_preempt import Run
+from slurm_preempt.job import settings
 from slurm_preempt.job.agreement import FileAgreement, TorchAgreement
+from slurm_preempt.job.resume import Wiring
 
 kind, folder = sys.argv[1], sys.argv[4]
 rank, world, signal_step = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
@@ -28,7 +30,8 @@ if kind == "torch":
     agreement = TorchAgreement()
 else:
     agreement = FileAgreement(f"{folder}/meet", rank, world)
-run = Run(f"{folder}/ckpt", every=1000, agreement=agreement, environ=env, agree_seconds=agree_seconds)
+paced = dataclasses.replace(settings.load(env), agree_seconds=agree_seconds)
+run = Run(f"{folder}/ckpt", every=1000, settings=paced, _wiring=Wiring(environ=env, agreement=agreement))
 state = run.restore() or {"step": 0, "total": 0}
 for step in range(state["step"] + 1, 200):
     state = {"step": step, "total": state["total"] + step}
@@ -89,7 +92,8 @@ def _check(tmp_path: Path, results: list[dict], paced: bool = False) -> None:
         assert agreed == first
     store = CheckpointStore(tmp_path / "ckpt")
     assert store.steps() == [agreed]  # written once, by rank 0, at the agreed step
-    assert store.load_latest() == (agreed, {"step": agreed, "total": agreed * (agreed + 1) // 2})
+    found, payload = store.restore()
+    assert (found.step, payload) == (agreed, {"step": agreed, "total": agreed * (agreed + 1) // 2})
 
 
 def test_ranks_agree_through_files(tmp_path):

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from apisurface import actual, documented
 from iostats import disk_bytes_read, forget_cached
 from slurm_preempt.errors import CheckpointError
 from slurm_preempt.job.checkpoint import MANIFEST, CheckpointStore, step_name
+from slurm_preempt.job.snapshot import snapshot_of
 
 
 class Warnings(list):
@@ -30,10 +32,16 @@ def warned():
     return Warnings()
 
 
+def _step_and_payload(store: CheckpointStore):
+    """The newest intact checkpoint's step and payload, or None (what these tests compare)."""
+    found = store.restore()
+    return None if found is None else (found[0].step, found[1])
+
+
 def test_first_run_has_no_checkpoint(tmp_path):
     store = CheckpointStore(tmp_path / "none")
     assert store.latest() is None
-    assert store.load_latest() is None
+    assert _step_and_payload(store) is None
 
 
 def test_bytes_files_objects_and_paths_round_trip(tmp_path):
@@ -70,7 +78,7 @@ def test_saving_the_same_step_again_replaces_it(tmp_path):
     store = CheckpointStore(tmp_path)
     store.save(7, b"first")
     store.save(7, b"second")
-    assert store.load_latest() == (7, b"second")
+    assert _step_and_payload(store) == (7, b"second")
 
 
 def test_meta_is_kept_in_the_manifest(tmp_path):
@@ -116,9 +124,9 @@ def test_every_checkpoint_damaged_means_none(tmp_path, warned):
 def test_async_save_snapshots_at_call_time(tmp_path):
     store = CheckpointStore(tmp_path, keep=5)
     state = {"w": bytearray(b"1" * 1_000_000)}
-    store.save_async(1, state)
+    store.save(1, state, background=True)
     state["w"][:] = b"2" * 1_000_000  # the caller goes on training while the save runs
-    store.save_async(2, state)  # one save in flight: this waits for the first
+    store.save(2, state, background=True)  # one save in flight: this waits for the first
     store.wait()
     assert store.open(1).load()["w"] == b"1" * 1_000_000
     assert store.open(2).load()["w"] == b"2" * 1_000_000
@@ -128,9 +136,9 @@ def test_async_error_surfaces_on_the_next_call(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     store = CheckpointStore(blocker / "ckpt")
-    store.save_async(1, b"x")  # fails in the background
+    store.save(1, b"x", background=True)  # fails in the background
     with pytest.raises(CheckpointError, match="background save failed"):
-        store.save_async(2, b"y")
+        store.save(2, b"y", background=True)
     store.wait()  # the error was reported once, not again
 
 
@@ -233,7 +241,7 @@ def test_disk_full_is_a_clear_error_and_the_previous_checkpoint_survives(small_t
     with pytest.raises(CheckpointError, match="disk full") as caught:
         store.save(2, os.urandom(900_000))
     assert step_name(1) in str(caught.value) and "intact" in str(caught.value)
-    assert store.load_latest() == (1, before)
+    assert _step_and_payload(store) == (1, before)
     assert os.listdir(small_tmpfs / "ckpt") == [step_name(1)]  # no half-written leftovers
     store.save(3, b"small")  # space is back once the failed save is cleaned up
     assert store.latest().step == 3
@@ -242,7 +250,7 @@ def test_disk_full_is_a_clear_error_and_the_previous_checkpoint_survives(small_t
 def test_disk_full_in_the_background_surfaces_on_the_next_call(small_tmpfs):
     store = CheckpointStore(small_tmpfs / "ckpt")
     store.save(1, b"ok")
-    store.save_async(2, bytearray(2_000_000))
+    store.save(2, bytearray(2_000_000), background=True)
     with pytest.raises(CheckpointError, match="disk full"):
         store.wait()
     assert store.latest().step == 1
@@ -266,7 +274,7 @@ def test_saving_an_older_step_warns(tmp_path, warned):
 def test_files_in_subfolders_round_trip(tmp_path):
     store = CheckpointStore(tmp_path)
     store.save(1, {"model/a.bin": b"a" * 10, "b.bin": b"b"})
-    assert store.load_latest() == (1, {"model/a.bin": b"a" * 10, "b.bin": b"b"})
+    assert _step_and_payload(store) == (1, {"model/a.bin": b"a" * 10, "b.bin": b"b"})
 
 
 def test_loading_an_unverified_damaged_checkpoint_is_an_error(tmp_path):
@@ -281,10 +289,10 @@ def test_restored_numpy_arrays_are_writable_and_the_checkpoint_stays_as_saved(tm
     np = pytest.importorskip("numpy")
     store = CheckpointStore(tmp_path)
     store.save(1, {"w": np.arange(1_000_000, dtype=np.float32), "bias": np.ones(3)})
-    _step, state = store.load_latest()
+    _found, state = store.restore()
     assert state["w"].flags.writeable and state["bias"].flags.writeable
     state["w"][0] = 42.0  # training goes on in the restored arrays
-    assert store.load_latest()[1]["w"][0] == 0.0
+    assert store.restore()[1]["w"][0] == 0.0
     assert store.latest() is not None
 
 
@@ -311,7 +319,7 @@ def test_a_synchronous_save_writes_the_callers_buffers_without_copying_them(tmp_
     store = CheckpointStore(tmp_path)
     peak = _peak_python_allocation(lambda: store.save(1, payload))
     assert peak < 2 * MiB, f"saving 16 MiB allocated {peak / MiB:.1f} MiB in Python"
-    _step, loaded = store.load_latest()
+    _found, loaded = store.restore()
     if kind == "numpy":
         assert loaded["weights"].tobytes() == bytes(big) and loaded["step"] == 3
     else:
@@ -333,7 +341,7 @@ def test_loading_reads_each_byte_from_the_disk_once(tmp_path, kind):
     found = store.save(1, payload)
     forget_cached(found.path)
     before = disk_bytes_read()
-    _step, state = store.load_latest()
+    _found, state = store.restore()
     read = disk_bytes_read() - before
     assert (
         sum(len(memoryview(v).cast("B")) for v in (state.values() if isinstance(state, dict) else [state]))
@@ -342,3 +350,43 @@ def test_loading_reads_each_byte_from_the_disk_once(tmp_path, kind):
     assert found.nbytes <= read < found.nbytes + 2 * MiB, (
         f"read {read / MiB:.1f} MiB to load {found.nbytes / MiB:.1f}"
     )
+
+
+# ------------------------------------------------------------------------------ the store's surface
+
+
+def test_the_docs_list_the_whole_surface_of_the_store():
+    listed, have = documented("The whole of `CheckpointStore`"), actual(CheckpointStore)
+    assert listed["constructor"] == have["constructor"]
+    assert sorted(listed["methods"] + listed["deprecated"]) == have["methods"]
+    assert sorted(listed["read-only properties"]) == have["read-only properties"]
+
+
+def test_a_background_save_returns_nothing_and_wait_returns_the_checkpoint(tmp_path):
+    store = CheckpointStore(tmp_path)
+    assert store.save(1, b"x", background=True) is None
+    assert store.wait().step == 1 and store.latest().step == 1
+
+
+def test_save_async_is_a_deprecated_alias_of_a_background_save(tmp_path):
+    store = CheckpointStore(tmp_path)
+    with pytest.warns(DeprecationWarning, match=r"save_async\(\) is deprecated.*background=True"):
+        assert store.save_async(1, {"w": b"1"}) is None
+    assert store.wait().step == 1 and store.restore()[1] == {"w": b"1"}
+
+
+def test_save_snapshot_async_is_a_deprecated_alias(tmp_path):
+    store = CheckpointStore(tmp_path)
+    with pytest.warns(DeprecationWarning, match=r"save_snapshot_async\(\) is deprecated"):
+        store.save_snapshot_async(2, snapshot_of(b"two"), {"note": "n"})
+    found = store.wait()
+    assert found.step == 2 and found.meta == {"note": "n"} and store.restore()[1] == b"two"
+
+
+def test_load_latest_is_a_deprecated_alias_of_restore(tmp_path):
+    store = CheckpointStore(tmp_path)
+    with pytest.warns(DeprecationWarning, match=r"load_latest\(\) is deprecated.*restore\(\)"):
+        assert store.load_latest() is None
+    store.save(3, b"three")
+    with pytest.warns(DeprecationWarning):
+        assert store.load_latest() == (3, b"three")

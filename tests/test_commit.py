@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_preempt import procinfo
 from slurm_preempt.job import checkpoint_io, commit
 from slurm_preempt.job.checkpoint import CheckpointStore
 from slurm_preempt.job.commit import Owner, step_name
@@ -50,7 +51,8 @@ def test_a_resave_is_a_new_generation_and_the_old_one_goes_after(tmp_path):
     first = store.save(7, b"first")
     second = store.save(7, b"second")
     assert first.path.name == "step-000000000007" and second.path.name == "step-000000000007.1"
-    assert store.load_latest() == (7, b"second")
+    found, payload = store.restore()
+    assert (found.step, payload) == (7, b"second")
     store.settle()
     assert sorted(os.listdir(tmp_path)) == ["step-000000000007.1"]
     assert store.save(7, b"third").path.name == "step-000000000007.2"
@@ -190,7 +192,7 @@ def test_a_kill_at_any_step_of_a_resave_keeps_one_complete_copy(tmp_path):
 def test_a_kill_at_any_step_of_a_background_save(tmp_path):
     def action(directory, keep):
         store = CheckpointStore(directory, keep=keep)
-        store.save_async(3, {"state": payload(3, 30)})
+        store.save(3, {"state": payload(3, 30)}, background=True)
         store.settle()
 
     def check(found, where):
@@ -316,6 +318,15 @@ def test_same_host_pid_reused_by_another_process_is_not_the_saver(tmp_path):
     )
     assert ghost.gone(me) is True  # our pid, but a process that started at another time
     assert Owner.current().gone(me) is False
+
+
+def test_without_proc_a_saver_is_asked_by_its_pid_alone(monkeypatch):
+    me = Owner.current()
+    assert me.pid_start == str(procinfo.start_ticks(os.getpid()))  # as .owner holds it
+    monkeypatch.setattr(procinfo, "read", lambda _pid: None)
+    assert Owner.current().pid_start == ""
+    assert commit.process_running(os.getpid(), me.pid_start)  # kill(pid, 0): it is there
+    assert not commit.process_running(_dead_pid(), me.pid_start)
 
 
 def test_aside_folder_of_an_older_version_is_read_and_put_back(tmp_path):

@@ -24,6 +24,27 @@ def test_verdicts():
     assert done.verdict(None) == "finished inside the window"
 
 
+def test_text_says_each_event_each_job_and_the_summary():
+    t0 = 1_780_000_000.0  # 2026-05-28T20:26:40Z
+    saved = drill.JobWatch("7", ("pre1",), 0, notified_at=t0 + 1, final_checkpoint_at=t0 + 5,
+                           left_at=t0 + 5.2, requeued_at=t0 + 6, running_again_at=t0 + 9.2,
+                           where=("pre3",))  # fmt: skip
+    stuck = drill.JobWatch("8", ("pre1",), 0)
+    event = drill.DrillEvent(("pre1", "pre2"), t0, grace=20, pause=10, removed_at=t0 + 20, revived_at=t0 + 30)
+    event.jobs = {"7": saved, "8": stuck}
+    assert drill.drill_text([event]) == (
+        "pre1,pre2: drained 2026-05-28T20:26:40Z, removed 2026-05-28T20:27:00Z, back 2026-05-28T20:27:10Z\n"
+        "  job 7: notified 2026-05-28T20:26:41Z, final checkpoint 2026-05-28T20:26:45Z, left "
+        "2026-05-28T20:26:45Z, requeued 2026-05-28T20:26:46Z, running again 2026-05-28T20:26:49Z on pre3\n"
+        "    saved: final checkpoint, left before removal, running again after 4.0 s\n"
+        "  job 8: notified -, final checkpoint -, left -, requeued -, running again - on -\n"
+        "    still on the node\n"
+        "summary: 1 event(s), 2 job(s) hit, 1 saved by the notice, "
+        "median 4.0 s from leaving to running again\n"
+    )
+    assert drill.drill_text([]) == "summary: 0 event(s), 0 job(s) hit, 0 saved by the notice\n"
+
+
 def test_ledger_fills_notice_and_final_checkpoint(tmp_path):
     ledger.record(tmp_path, "7", "notice_sent", source="watcher")
     ledger.record(tmp_path, "7", "checkpoint_saved", source="job", step=42)

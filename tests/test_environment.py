@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from slurm_preempt.job.environment import NOTICE_SKEW, JobEnv, fresh_notice
+from slurm_preempt import procinfo
+from slurm_preempt.job.environment import NOTICE_SKEW, JobEnv, fresh_notice, job_start_time
 from slurm_preempt.notice import Notice, write_notice
 
 # This attempt started at START by the controller's clock; its node's clock is off by SKEW seconds.
@@ -114,3 +116,42 @@ def test_the_attempt_number_survives_the_notice_file(tmp_path):
     found = fresh_notice(_env(tmp_path, 0, restart_count=4), handled=set())
     assert found.restart_count == 4
     assert "restart_count" in (tmp_path / "notice.json").read_text()
+
+
+# ---------------------------------------------------------------------------------------- job start
+
+
+def _table(monkeypatch, rows: dict[int, tuple[str, int, int] | None]) -> None:
+    """Processes as /proc would show them: pid -> (comm, ppid, start tick); None: gone."""
+    me = os.getpid()
+
+    def read(pid: int) -> procinfo.Stat | None:
+        row = rows.get(me if pid == me else pid)
+        return None if row is None else procinfo.Stat(pid, row[0], "S", row[1], row[2])
+
+    monkeypatch.setattr(procinfo, "read", read)
+
+
+def test_the_job_started_when_the_batch_script_below_slurmstepd_did(monkeypatch):
+    tick = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    # slurmstepd (40) -> the batch script (50) -> a wrapper (60) -> this process
+    stepd = ("slurmstepd: [1.batch]", 1, 100 * tick)
+    _table(
+        monkeypatch,
+        {me: ("python", 60, 300 * tick), 60: ("sh", 50, 250 * tick), 50: ("bash", 40, 200 * tick), 40: stepd},
+    )
+    under_slurm = job_start_time()
+    _table(monkeypatch, {me: ("python", 60, 300 * tick), 60: ("bash", 1, 200 * tick)})
+    alone = job_start_time()  # not under slurmstepd: this process's own start
+    assert under_slurm is not None and alone is not None
+    # /proc/uptime has two decimals: the two readings agree to that, whatever the clock says.
+    assert abs((alone - under_slurm).total_seconds() - 100) < 0.05
+
+
+def test_the_job_start_is_unknown_without_proc_or_when_an_ancestor_vanished(monkeypatch):
+    tick = os.sysconf("SC_CLK_TCK")
+    _table(monkeypatch, {})
+    assert job_start_time() is None  # no /proc
+    _table(monkeypatch, {os.getpid(): ("python", 60, 300 * tick), 60: None})
+    assert job_start_time() is None  # its parent exited while it looked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -13,8 +14,8 @@ from click.testing import CliRunner
 
 from hostileusers import MALLORY, ensure_user
 from slurm_preempt import ledger
+from slurm_preempt.admin import hooks
 from slurm_preempt.cli import main
-from slurm_preempt.records import hooks
 
 DATA = Path(__file__).parent / "data"
 # Every release with captured hook environments (scripts/capture-slurm-data.py).
@@ -44,6 +45,48 @@ def installed(tmp_path):
 
 def _run(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([str(path)], env=env, capture_output=True, text=True, check=False)
+
+
+REPO = Path(__file__).resolve().parent.parent
+# What `hooks install PREFIX --state-dir STATE` lays down, as captured before the hook scripts moved from
+# etc/slurm/ to prolog.d/ and epilog.d/ at the top of the repository (commit 945a8f3): path -> mode and
+# the repository file it copies (None: a folder, or a file install writes itself). All root's.
+INSTALLED_TREE = {
+    "etc": (0o755, None),
+    "etc/epilog.d": (0o755, None),
+    f"etc/epilog.d/{hooks.HOOK_NAME}": (0o755, f"epilog.d/{hooks.HOOK_NAME}"),
+    "etc/prolog.d": (0o755, None),
+    f"etc/prolog.d/{hooks.HOOK_NAME}": (0o755, f"prolog.d/{hooks.HOOK_NAME}"),
+    "etc/slurm-preempt": (0o755, None),
+    "etc/slurm-preempt/epilog-slurmctld": (0o755, "etc/slurm/slurm-preempt/epilog-slurmctld"),
+    "etc/slurm-preempt/hooks.conf": (0o644, None),
+    "etc/slurm-preempt/lib.sh": (0o644, "etc/slurm/slurm-preempt/lib.sh"),
+    "etc/slurm-preempt/taskprolog": (0o755, "etc/slurm/slurm-preempt/taskprolog"),
+    "state": (0o755, None),
+    "state/jobs": (0o755, None),
+    "state/notices": (0o755, None),
+    "state/writers": (0o644, None),
+}
+
+
+@root_only
+def test_install_lays_down_the_same_tree_as_before_the_hooks_moved(tmp_path):
+    hooks.install(tmp_path / "etc", tmp_path / "state")
+    found = {}
+    for path in sorted(tmp_path.rglob("*")):
+        info = path.lstat()
+        assert (info.st_uid, info.st_gid) == (0, 0), path
+        found[str(path.relative_to(tmp_path))] = stat.S_IMODE(info.st_mode)
+    assert found == {name: mode for name, (mode, _source) in INSTALLED_TREE.items()}
+    for name, (_mode, source) in INSTALLED_TREE.items():
+        if source is not None:
+            assert (tmp_path / name).read_bytes() == (REPO / source).read_bytes(), name
+    conf = (tmp_path / "etc/slurm-preempt/hooks.conf").read_text()
+    assert conf == (
+        "# slurm-preempt hooks configuration (root-owned; parsed, never executed).\n"
+        f"state_dir={tmp_path / 'state'}\nlog=\n"
+    )
+    assert (tmp_path / "state/writers").read_text() == "0\n"
 
 
 @root_only

@@ -401,3 +401,19 @@ def test_cancelled_job_is_told_apart_only_with_accounting(hc):
     if hc.spec.accounting:
         merged = wait_for(lambda: history.load(job_id, hc.spec.state_dir, Slurm()).attempts[0], 20)
         assert merged.cause == "cancelled"
+
+
+def test_registering_a_cluster_with_slurmdbd_twice_is_no_error(hc):
+    """testcluster registered its cluster at start (``Slurm.add_cluster``, as sacct answering shows);
+    asked again, sacctmgr's refusal of a known cluster is an answer, not a failure."""
+    if not hc.spec.accounting:
+        pytest.skip("no accounting here (MariaDB, slurmdbd): a failure under CI")
+    slurm = Slurm(timeout=60)
+    assert slurm.add_cluster(hc.spec.name) is False
+    other = f"sp{os.getpid()}"
+    try:
+        assert slurm.add_cluster(other) is True
+        assert slurm.add_cluster(other) is False
+    finally:
+        slurm.run(["sacctmgr", "-i", "delete", "cluster", other], timeout=60)
+    assert other not in slurm.run(["sacctmgr", "-n", "-P", "show", "cluster", "format=cluster"]).split()

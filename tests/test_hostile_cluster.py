@@ -17,12 +17,12 @@ import pytest
 from clusterutil import wait_for, wait_signal_age
 from hostileusers import ALICE, MALLORY, ensure_user
 from slurm_preempt.notice import read_notice
-from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.slurm import parse
 
 pytestmark = pytest.mark.cluster
 OPTED = "slurm-preempt:signal=USR1"
 REASON = "TogetherPreemptionNotified: hostile test"
-SEP = slurmdata.SEP
+SEP = parse.SEP
 # Alice's job records the USR1 it gets in a file of hers; nothing else.
 RECORD = "trap 'echo usr1 >> /tmp/sp-hostile-$SLURM_JOB_ID' USR1; while true; do sleep 0.2; done"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_preempt import procinfo
 from slurm_preempt.watch.lease import Lease
 
 
@@ -81,6 +82,13 @@ def test_a_crashed_holder_on_this_host_is_replaced_at_once(state):
     dead = Lease(state, ttl=300, host="here", pid=_dead_pid())
     assert dead.hold()
     assert Lease(state, ttl=300, host="here").hold()  # no 300 s wait: that process is gone
+
+
+def test_without_proc_a_holder_on_this_host_is_waited_for(state, monkeypatch):
+    dead = Lease(state, ttl=300, host="here", pid=_dead_pid())
+    assert dead.hold()
+    monkeypatch.setattr(procinfo, "read", lambda _pid: None)  # no /proc: whether it lives is unknown
+    assert not Lease(state, ttl=300, host="here").hold()
 
 
 def test_a_live_holder_on_this_host_is_not_replaced(state):

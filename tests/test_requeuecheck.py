@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_preempt.records import requeuecheck
+from slurm_preempt.admin import requeuecheck
 from slurm_preempt.slurm.parse import parse_config
 
 DATA = Path(__file__).parent / "data"

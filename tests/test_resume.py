@@ -10,17 +10,21 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from apisurface import actual, documented
 from clusterutil import wait_for
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
+from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import CheckpointStore, step_name
-from slurm_preempt.job.resume import Run
+from slurm_preempt.job.formats import PickleFormat, TorchFormat
+from slurm_preempt.job.resume import Run, Wiring
 from slurm_preempt.notice import Notice, from_text, notice_path, utcnow, write_notice
 
 HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
@@ -28,17 +32,29 @@ HEAVY = ("click", "jinja2", "psutil", "ClusterShell", "torch")
 
 @pytest.fixture
 def job(tmp_path, monkeypatch):
-    """A job environment: id 123, state dir, no config of the developer's leaking in."""
-    monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(tmp_path / "config.toml"))
+    """A job environment: id 123, state dir, no config of the developer's leaking in (the process's
+    environment says the same, for the CLI and the scripts run here)."""
+    config = {"SLURM_PREEMPT_CONFIG": str(tmp_path / "config.toml"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     (tmp_path / "config.toml").write_text("[resume]\ndeadline_after_signal = 30\nnotice_poll = 0\n")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for name, value in config.items():
+        monkeypatch.setenv(name, value)
     state = tmp_path / "state"
-    return {"SLURM_JOB_ID": "123", "SLURM_PREEMPT_STATE_DIR": str(state), "SLURM_JOB_NUM_NODES": "1"}
+    return {
+        "SLURM_JOB_ID": "123",
+        "SLURM_PREEMPT_STATE_DIR": str(state),
+        "SLURM_JOB_NUM_NODES": "1",
+        **config,
+    }
 
 
 def _run(tmp_path, environ, **kwargs) -> Run:
     # pytest puts handlers on the root logger, so a Run would leave its lines to them: ask for stderr.
-    return Run(tmp_path / "ckpt", environ=environ, log_to_stderr=True, **kwargs)
+    return Run(tmp_path / "ckpt", _wiring=Wiring(environ=environ, log_to_stderr=True), **kwargs)
+
+
+def _settings(environ, **changes) -> job_settings.ResumeSettings:
+    """The job's ``[resume]`` settings with ``changes``, as a job author would write them."""
+    return replace(job_settings.load(environ), **changes)
 
 
 def _notice(environ, drain_ago: float = 0, grace: float = 60) -> Notice:
@@ -58,7 +74,7 @@ def _kinds(environ, kind):
 
 def test_import_is_light_and_installs_nothing():
     code = (
-        "import signal, slurm_preempt; slurm_preempt.Run; slurm_preempt.CheckpointStore;"
+        "import signal, slurm_preempt; [getattr(slurm_preempt, n) for n in slurm_preempt.__all__];"
         "import slurm_preempt.job.shell, slurm_preempt.job.agreement, slurm_preempt.job.interval;"
         "import slurm_preempt.job.requeue, slurm_preempt.job.checkpoint;"
         "assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL;"
@@ -116,7 +132,7 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, job, capsys):
 
 
 def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
-    with _run(tmp_path, job, every=100, background=True) as run:
+    with _run(tmp_path, job, every=100, format=PickleFormat(background=True)) as run:
         assert not run.should_checkpoint(1)
         notice = _notice(job, grace=60)
         assert run.should_checkpoint(2)
@@ -128,7 +144,7 @@ def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
 
 
 def test_signal_sets_a_flag_and_a_deadline_after_the_signal(tmp_path, job):
-    with _run(tmp_path, job, deadline_after_signal=30) as run:
+    with _run(tmp_path, job, settings=_settings(job, deadline_after_signal=30)) as run:
         os.kill(os.getpid(), signal.SIGUSR1)
         assert run.notified and run.notice is None
         assert 25 < run.seconds_left <= 30
@@ -139,7 +155,7 @@ def test_signal_sets_a_flag_and_a_deadline_after_the_signal(tmp_path, job):
 
 def test_sigterm_of_our_own_requeue_is_not_a_new_preemption(tmp_path, job):
     with _run(tmp_path, job) as run:
-        run._requeuing = True  # as requeue_and_exit sets it before `scontrol requeue`
+        run._signals.muted = True  # as requeue_and_exit sets it before `scontrol requeue`
         os.kill(os.getpid(), signal.SIGTERM)
         assert not run.notified
 
@@ -180,12 +196,12 @@ def test_unwritable_ledger_warns_once_and_the_job_goes_on(tmp_path, job, capsys)
 def test_background_save_errors_surface_on_the_next_save(tmp_path, job):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    run = Run(blocker / "ckpt", environ=job, background=True, every=1)
+    run = Run(blocker / "ckpt", every=1, format=PickleFormat(background=True), _wiring=Wiring(environ=job))
     run.should_checkpoint(1)
     run.save(1, b"x")
     with pytest.raises(Exception, match="background save failed"):
         run.save(2, b"y")
-    run.restore_signals()
+    run._signals.restore()
 
 
 REQUEUE_SCRIPT = """
@@ -328,11 +344,11 @@ def test_examples_are_shipped():
 def test_torch_state_through_run(tmp_path, job):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install slurm-preempt[torch])")
     model = torch.nn.Linear(3, 1)
-    with _run(tmp_path, job, every=2, background=True, torch=True) as run:
+    with _run(tmp_path, job, every=2, format=TorchFormat(background=True)) as run:
         for step in (1, 2):
             if run.should_checkpoint(step):
                 run.save(step, {"model": model.state_dict(), "step": step})
-    with _run(tmp_path, job, torch=True) as run:
+    with _run(tmp_path, job, format=TorchFormat()) as run:
         restored = run.restore()
     assert restored["step"] == 2 and torch.equal(restored["model"]["bias"], model.bias.detach())
     assert [e["step"] for e in _kinds(job, "checkpoint_saved")] == [2]
@@ -344,10 +360,10 @@ def test_defaults_from_the_sbatch_script_environment(tmp_path, job):
         "SLURM_PREEMPT_CHECKPOINT_DIR": str(tmp_path / "c"),
         "SLURM_PREEMPT_CHECKPOINT_INTERVAL": "600",
     }
-    with Run(environ=env) as run:
-        assert run.store.directory == tmp_path / "c" and run.interval == 600.0
+    with Run(_wiring=Wiring(environ=env)) as run:
+        assert run.checkpoint_dir == tmp_path / "c" and run.interval == 600.0
     with pytest.raises(Exception, match="SLURM_PREEMPT_CHECKPOINT_DIR"):
-        Run(environ=job)
+        Run(_wiring=Wiring(environ=job))
     saved = _cli(
         ["save", "--step", "1", __file__], {**job, "SLURM_PREEMPT_CHECKPOINT_DIR": str(tmp_path / "c")}
     )
@@ -357,9 +373,10 @@ def test_defaults_from_the_sbatch_script_environment(tmp_path, job):
 LOG_SCRIPT = """
 import logging, sys
 from slurm_preempt import Run
+from slurm_preempt.job.resume import Wiring
 if sys.argv[2] == "basicConfig":
     logging.basicConfig(level=logging.INFO, format="app %(name)s %(levelname)s %(message)s")
-options = {"log_to_stderr": False} if sys.argv[2] == "off" else {}
+options = {"_wiring": Wiring(log_to_stderr=False)} if sys.argv[2] == "off" else {}
 run = Run(sys.argv[1], every=1, **options)
 run.save(1, b"state")
 run = Run(sys.argv[1], **options)
@@ -377,7 +394,7 @@ run.restore()
 )
 def test_the_job_log_shows_key_lines_once_whoever_configured_logging(tmp_path, job, setup, expected):
     """A script that configured nothing gets `slurm-preempt: ...` on stderr; one that configured logging
-    gets the line through its own handler, not twice; log_to_stderr=False prints nothing."""
+    gets the line through its own handler, not twice; Wiring(log_to_stderr=False) prints nothing."""
     script = tmp_path / "job.py"
     script.write_text(LOG_SCRIPT)
     proc = subprocess.run(
@@ -413,3 +430,54 @@ def test_close_says_the_work_is_done_unless_it_stopped_for_a_notice(tmp_path, jo
     assert stopped.preempted
     stopped.close()  # stopped for the notice: the script must requeue it
     assert not done.exists()
+
+
+# ------------------------------------------------------------------------------ the job author's surface
+
+
+def test_the_docs_list_the_whole_surface_of_run():
+    """docs/resume.md's list is Run's public surface, no more and no less (constructor parameters,
+    methods, properties); everything else is internal (a leading underscore)."""
+    listed = documented("The whole of `Run`")
+    have = actual(Run)
+    assert listed["constructor"] == have["constructor"]
+    assert sorted(listed["methods"]) == have["methods"]
+    assert sorted(listed["read-only properties"]) == have["read-only properties"]
+
+
+def test_run_has_no_public_mutable_state(tmp_path, job):
+    with _run(tmp_path, job, every=5) as run:
+        assert [name for name in vars(run) if not name.startswith("_")] == []
+        for name in actual(Run)["read-only properties"]:
+            assert getattr(Run, name).fset is None, name
+        with pytest.raises(AttributeError):
+            run.step = 3  # type: ignore[misc]
+
+
+def test_the_wiring_environment_is_the_whole_environment(tmp_path, job, monkeypatch):
+    """Settings, the state folder and the checkpoint folder's owner record come from the environment a
+    Run is given, not from the process's (whose configuration says keep = 5 here)."""
+    (tmp_path / "process.toml").write_text("[resume]\nkeep = 5\n")
+    monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(tmp_path / "process.toml"))
+    (tmp_path / "config.toml").write_text("[resume]\nkeep = 1\nnotice_poll = 0\n")
+    with _run(tmp_path, {**job, "SLURM_RESTART_COUNT": "4"}, every=1) as run:
+        for step in (1, 2, 3):
+            run.should_checkpoint(step)
+            run.save(step, step)
+        assert run._store.owner.job_id == "123" and run._store.owner.restart_count == 4
+        run._store.settle()  # the pruning too
+    assert CheckpointStore(tmp_path / "ckpt").steps() == [3]  # keep = 1, from the given environment
+    assert [e["step"] for e in _kinds(job, "checkpoint_saved")] == [1, 2, 3]
+
+
+def test_the_package_exports_the_job_authors_names_and_nothing_internal():
+    import slurm_preempt
+
+    assert sorted(slurm_preempt.__all__) == sorted(slurm_preempt._LAZY)
+    assert "Slurm" not in slurm_preempt.__all__
+    assert {"Run", "PickleFormat", "TorchFormat", "ShardedFormat", "CheckpointError"} <= set(
+        slurm_preempt.__all__
+    )
+    assert issubclass(slurm_preempt.CheckpointError, slurm_preempt.SlurmPreemptError)
+    with pytest.raises(AttributeError):
+        slurm_preempt.Slurm  # noqa: B018

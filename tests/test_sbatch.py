@@ -275,6 +275,26 @@ def test_explain_speaks_of_drain_removal_restart_and_time_limit():
         assert words in text
 
 
+def test_explain_keeps_a_values_own_newlines_and_has_no_empty_paragraphs():
+    text = gen.explain(make(command=("python", "-c", "print(1)\n\n\nprint(2)"), standard=True).spec)
+    assert "`python -c 'print(1)\n\n\nprint(2)'` on any node (--standard)," in text
+    paragraphs = text.split("\n\n")
+    assert text.endswith(".\n") and not text.endswith("\n\n") and all(p.strip() for p in paragraphs)
+
+
+@pytest.mark.parametrize(
+    ("source", "prose"),
+    [
+        ("One\ntwo.\n\nThree.\n", "One two.\n\nThree.\n\n"),
+        ("A\n{% if x %}\nb\n{% else %}\nc\n{% endif %}\nd.\n", "A{% if x %} b{% else %} c{% endif %} d.\n\n"),
+        ("{% if x %}\n\nOptional.\n\n{% endif %}\n\nLast.", "{% if x %}Optional.\n\n{% endif %}Last.\n\n"),
+        ("{# a comment\n\nover lines #}\n  Indented\n  words.  \n", "Indented words.\n\n"),
+    ],
+)
+def test_prose_templates_join_lines_and_end_paragraphs(source, prose):
+    assert gen.prose_source(source) == prose
+
+
 # ------------------------------------------------------------------------------ bad input via the CLI
 
 

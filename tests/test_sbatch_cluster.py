@@ -146,7 +146,7 @@ def test_sbatch_reads_awkward_values_back_exactly(cluster):
         # Our tokens first (the watcher reads a comment's first 512 bytes), then the user's words.
         assert got_comment.startswith("slurm-preempt:signal=USR1 ")
         assert got_comment.endswith(" " + " ".join(comment.split()))
-    cluster.slurm.run(["scancel", *ids])
+    cluster.slurm.cancel_many(ids)
     assert not Path("/tmp/sp-sbatch-pwned").exists()
 
 

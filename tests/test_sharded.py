@@ -19,6 +19,7 @@ import pytest
 from slurm_preempt.errors import CheckpointError
 from slurm_preempt.job.agreement import FileAgreement
 from slurm_preempt.job.checkpoint import CheckpointStore
+from slurm_preempt.job.formats import ShardedFormat
 from slurm_preempt.job.sharded import KIND, ShardedStore, objects_loader, objects_writer, owner_rank
 
 FORK = multiprocessing.get_context("fork")
@@ -322,26 +323,30 @@ def test_sigkill_of_a_rank_mid_dcp_save_never_splits_the_ranks(tmp_path):
 # ------------------------------------------------------------------------------------ through Run
 
 
+def _run(tmp_path, **options):
+    """A Run outside any job (an empty environment), leaving the test process's signals alone."""
+    from slurm_preempt.job.resume import Run, Wiring
+
+    return Run(tmp_path, _wiring=Wiring(environ={}, install_signals=False), **options)
+
+
 def test_a_whole_checkpoint_run_says_a_sharded_one_needs_sharded(tmp_path):
     from slurm_preempt.job.agreement import SingleProcess
-    from slurm_preempt.job.resume import Run
 
     ShardedStore(tmp_path, SingleProcess()).save(5, objects_writer({"x": 1}, 0))
-    with pytest.raises(CheckpointError, match=r"is sharded .* use Run\(sharded=True\)"):
-        Run(tmp_path, environ={}, install_signals=False).restore()
+    with pytest.raises(CheckpointError, match=r"is sharded .* use Run\(format=ShardedFormat\(\)\)"):
+        _run(tmp_path).restore()
     with pytest.raises(CheckpointError, match=r"pass restore\(into=state_dict\)"):
-        Run(tmp_path, environ={}, install_signals=False, sharded=True).restore()
+        _run(tmp_path, format=ShardedFormat()).restore()
 
 
 def test_one_rank_run_saves_and_restores_a_sharded_torch_state(tmp_path):
     _need_torch()
     import torch
 
-    from slurm_preempt.job.resume import Run
-
-    run = Run(tmp_path, environ={}, install_signals=False, sharded=True)
+    run = _run(tmp_path, format=ShardedFormat())
     run.save(7, {"w": torch.arange(10), "note": "seven"})
-    again = Run(tmp_path, environ={}, install_signals=False, sharded=True)
+    again = _run(tmp_path, format=ShardedFormat())
     state = {"w": torch.zeros(10, dtype=torch.int64), "note": ""}
     assert again.restore(into=state) is state and again.step == 7
     assert torch.equal(state["w"], torch.arange(10)) and state["note"] == "seven"
@@ -352,8 +357,6 @@ def test_docs_recipe_model_and_adam_come_back_through_dcps_state_dict_helpers(tm
     _need_torch()
     import torch
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    from slurm_preempt.job.resume import Run
 
     def make():
         torch.manual_seed(0)
@@ -369,11 +372,9 @@ def test_docs_recipe_model_and_adam_come_back_through_dcps_state_dict_helpers(tm
         optim.zero_grad()
         model(torch.ones(3, 4)).sum().backward()
         optim.step()
-    Run(tmp_path, environ={}, install_signals=False, sharded=True).save(3, state(model, optim))
+    _run(tmp_path, format=ShardedFormat()).save(3, state(model, optim))
     model2, optim2 = make()
-    restored = Run(tmp_path, environ={}, install_signals=False, sharded=True).restore(
-        into=state(model2, optim2)
-    )
+    restored = _run(tmp_path, format=ShardedFormat()).restore(into=state(model2, optim2))
     set_state_dict(model2, optim2, model_state_dict=restored["model"], optim_state_dict=restored["optim"])
     assert torch.equal(model.weight, model2.weight) and torch.equal(model.bias, model2.bias)
     for key in ("exp_avg", "exp_avg_sq"):

@@ -1,7 +1,7 @@
 """The Slurm behaviour slurm-preempt relies on, checked on the release this session runs (--slurm).
 
 Each test states what README's table says for 22.05, 24.11 and 26.05; CI runs them on all three.
-(Parsers and what the hooks see are checked on captured output: test_slurmdata, test_hooks.)
+(Parsers and what the hooks see are checked on captured output: test_parse, test_hooks.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from apiserver import ApiServer
 from slurm_preempt import ids
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.notice import to_text
-from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.slurm import parse
 from slurm_preempt.watch import sources
 from slurm_preempt.watch.sources import DrainRules, NodeMap, SourceError, TogetherSource
 
@@ -21,7 +21,7 @@ NOW = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 
 
 def _node(name, state="MIXED", flags=("DRAIN",), features=("preemptible",), reason="x"):
-    return slurmdata.Node(name, state, frozenset(flags), tuple(features), reason, NOW, "root")
+    return parse.Node(name, state, frozenset(flags), tuple(features), reason, NOW, "root")
 
 
 def test_rules_feature_include_exclude():
@@ -41,7 +41,7 @@ def test_rules_bad_regex_is_config_error():
 
 
 def test_slurm_drains_keep_the_recorded_time(data_dir):
-    nodes = slurmdata.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.bin").read_bytes())
+    nodes = parse.parse_nodes((data_dir / "slurm-22.05" / "sinfo_nodes.bin").read_bytes())
     drained = [n for n in nodes if (n.drain or n.down) and n.has_feature("preemptible")]
     assert {n.name for n in drained} == {"pre1", "pre4"}  # a DOWN node is going away too
     found = sources.slurm_drains(nodes, DrainRules(feature="preemptible"), grace=300, now=NOW)

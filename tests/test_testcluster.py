@@ -64,7 +64,8 @@ def test_drain_then_down_requeues_with_restart_count(clean_cluster):
     assert requeued.restart_count == 1
     assert wait_for(lambda: clean_cluster.job(job_id).reason == "BeginTime", 10, what="BeginTime")
     down = next(n for n in clean_cluster.slurm.nodes([node]))
-    assert down.down and down.reason == "removed"
+    assert down.down and down.reason == "removed"  # the DOWN's reason and time replace the drain's
+    assert down.reason_time is not None and down.reason_time >= drained.reason_time
     # The owner may skip the ~121 s wait: the job runs again at once, elsewhere.
     wait_for(lambda: lift_requeue_hold(clean_cluster.slurm, job_id), 30, what="the hold lifted")
     again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
@@ -80,12 +81,9 @@ def test_down_stops_everything_it_started(tmp_path):
     port = int(os.environ.get("SP_TEST_PORT", "17300")) + 25
     spec = tc.ClusterSpec(directory=tmp_path / "c", standard=1, preemptible=1, port=port, slurm=release())
     state = tc.up(spec)
-    env = {**os.environ, **state.env()}
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\nsleep 300\n")
-    from slurm_preempt.slurm.commands import Slurm
-
-    slurm = Slurm(env=env)
+    slurm = state.slurm(timeout=30)
     job_id = slurm.submit(str(script), [f"--chdir={tmp_path}"])
     wait_for(lambda: (j := slurm.job(job_id)) and j.running, 20, what="job running")
     pids = [p.pid for p in state.processes]

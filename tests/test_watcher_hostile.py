@@ -2,7 +2,7 @@
 format and the real parser, with arbitrary bytes in other users' job names and comments (hypothesis).
 
 What Slurm itself prints is checked on the real cluster (test_hostile_cluster.py, and the captured
-output in test_slurmdata.py); here the property runs hundreds of examples in seconds.
+output in test_parse.py); here the property runs hundreds of examples in seconds.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 from fakeslurm import Clock, FakeSlurm
 from slurm_preempt.notice import notice_path
-from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.slurm import parse
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch.sentstate import SentState
 from slurm_preempt.watch.settings import Settings
 from slurm_preempt.watch.watcher import Watcher
 
 OPTED = "slurm-preempt:signal=USR1"
-SEP = slurmdata.SEP.encode()
+SEP = parse.SEP.encode()
 
 
 class SqueueBytes(FakeSlurm):
@@ -33,7 +33,7 @@ class SqueueBytes(FakeSlurm):
         self.raw: dict[str, tuple[bytes, bytes]] = {}  # job id -> (name, comment) as the user wrote them
 
     def jobs(self, **query) -> list[Job]:
-        return slurmdata.parse_jobs(b"".join(self._record(job) for job in super().jobs(**query)))
+        return parse.parse_jobs(b"".join(self._record(job) for job in super().jobs(**query)))
 
     def _record(self, job: Job) -> bytes:
         name, comment = self.raw.get(job.job_id, (b"", job.comment.encode()))
@@ -42,7 +42,7 @@ class SqueueBytes(FakeSlurm):
                 "1", "1796100000", "1796100000", "1796100000"]  # fmt: skip
         texts = [job.reason.encode(), job.features.encode(), name, comment]
         out = b"".join(field.encode() + SEP for field in head)
-        for (_key, width), text in zip(slurmdata.JOB_TEXT_FIELDS, texts, strict=True):
+        for (_key, width), text in zip(parse.JOB_TEXT_FIELDS, texts, strict=True):
             out += text.replace(b"\0", b"")[:width].ljust(width)  # squeue: cut or padded, C strings
         return out + b"\n"
 

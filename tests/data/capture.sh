@@ -1,5 +1,5 @@
 #!/bin/bash
-# Captures the squeue/sinfo output that tests/test_slurmdata.py parses, from a real cluster, in the
+# Captures the squeue/sinfo output that tests/test_parse.py parses, from a real cluster, in the
 # exact format slurm_preempt.slurm.commands asks for (SLURM_TIME_FORMAT=%s, fixed-width text fields).
 #
 #   .venv/bin/slurm-preempt testcluster up --port 18250 --dir /tmp/capture-cluster --preemptible 4 --standard 2
@@ -9,7 +9,7 @@
 # when missing) and a cluster with nodes pre1..pre4 and std1..std2 and no jobs.
 # Other releases: scripts/capture-slurm-data.py --slurm 24.11 (or 26.05) runs this on a cluster of
 # that release, through its commands, and captures what its hooks see too. Job ids and times
-# differ on every run: update the figures in tests/test_slurmdata.py after a new capture.
+# differ on every run: update the figures in tests/test_parse.py after a new capture.
 set -euo pipefail
 out=${1:?usage: capture.sh OUTPUT_FOLDER}
 here=$(cd "$(dirname "$0")/../.." && pwd)

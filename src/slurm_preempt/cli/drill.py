@@ -94,26 +94,7 @@ def command(
             raise UsageError("name the nodes (--nodes) or a job (--job), one of the two")
         targets = expand_nodes(nodes) if nodes else drill.nodes_of_job(slurm, job_id)
         events = [runner.preempt(targets, grace, pause, reason, timeout)]
-    summary = drill.summary(events)
     if as_json:
-        echo_json({"summary": summary, "events": [e.to_json() for e in events]})
+        echo_json({"summary": drill.summary(events), "events": [e.to_json() for e in events]})
         return
-    for event in (e.to_json() for e in events):
-        click.echo(
-            f"{','.join(event['nodes'])}: drained {event['drained_at']}, "
-            f"removed {event['removed_at']}, back {event['back_at']}"
-        )
-        for job in event["jobs"]:
-            click.echo(
-                f"  job {job['job_id']}: notified {job['notified_at'] or '-'}, final checkpoint "
-                f"{job['final_checkpoint_at'] or '-'}, left {job['left_at'] or '-'}, requeued "
-                f"{job['requeued_at'] or '-'}, running again {job['running_again_at'] or '-'} on "
-                f"{','.join(job['where']) or '-'}"
-            )
-            click.echo(f"    {job['verdict']}")
-    median = summary["median_seconds_to_running_again"]
-    click.echo(
-        f"summary: {summary['events']} event(s), {summary['jobs_hit']} job(s) hit, "
-        f"{summary['saved_by_notice']} saved by the notice"
-        + (f", median {median:.1f} s from leaving to running again" if median is not None else "")
-    )
+    click.echo(drill.drill_text(events), nl=False)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
+from slurm_preempt.admin import hooks as lib
+from slurm_preempt.admin import requeuecheck
 from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.config import DEFAULT_STATE_DIR
-from slurm_preempt.records import hooks as lib
-from slurm_preempt.records import requeuecheck
 from slurm_preempt.slurm.commands import Slurm
 
 prefix_option = click.option(

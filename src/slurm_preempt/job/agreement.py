@@ -131,8 +131,8 @@ def default(world: int) -> Agreement:
         return TorchAgreement()
     if world > 1:
         log.warning(
-            "%d ranks but no agreement (torch.distributed not initialised): "
-            "pass agreement= to Run so all ranks checkpoint at the same step",
+            "%d ranks but no agreement (torch.distributed not initialised): initialise it before "
+            "building Run, so that all ranks checkpoint at the same step",
             world,
         )
     return SingleProcess()

@@ -1,6 +1,7 @@
 """The checkpoint store: a checkpoint is complete or invisible.
 
-Layout of a store folder (the commit protocol and leftovers: ``commit.py``)::
+Layout of a store folder (the commit protocol and leftovers: ``commit.py``; one checkpoint and its
+loading: ``stored_checkpoint.py``)::
 
     <dir>/step-000000000042/          one complete checkpoint
             state.pkl  state.buffers  (or data.bin, state.pt, or the files you saved)
@@ -24,38 +25,22 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from slurm_preempt.durable import fsync_dir
 from slurm_preempt.errors import CheckpointError
 from slurm_preempt.job import commit
-from slurm_preempt.job.checkpoint_io import (
-    Damaged,
-    copy_file,
-    fs_step,
-    map_file,
-    read_checked,
-    stream_file,
-    verify_file,
-    write_file,
-)
+from slurm_preempt.job.checkpoint_io import Damaged, copy_file, fs_step, stream_file, write_file
 from slurm_preempt.job.commit import PREFIX, Owner, step_name
-from slurm_preempt.job.snapshot import (
-    BUFFERS_FILE,
-    BYTES_FILE,
-    MANIFEST,
-    PICKLE_FILE,
-    Snapshot,
-    Staging,
-    snapshot_of,
-    snapshot_of_paths,
-)
+from slurm_preempt.job.formats import PickleFormat, WholeFormat
+from slurm_preempt.job.snapshot import MANIFEST, Snapshot, snapshot_of_paths
+from slurm_preempt.job.stored_checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -64,89 +49,11 @@ DEFAULT_KEEP = 3
 __all__ = ["DEFAULT_KEEP", "PREFIX", "Checkpoint", "CheckpointStore", "step_name"]
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """One complete checkpoint on disk (``verify()`` says whether it is still intact)."""
-
-    step: int
-    path: Path
-    manifest: dict
-    verified: bool = field(default=False, compare=False)  # checked just now: load() need not again
-
-    @property
-    def meta(self) -> dict:
-        return self.manifest.get("meta", {})
-
-    @property
-    def kind(self) -> str:
-        return self.manifest.get("kind", "bytes")
-
-    @property
-    def nbytes(self) -> int:
-        return sum(f["bytes"] for f in self.manifest["files"].values())
-
-    def verify(self) -> str | None:
-        """None when every file has its recorded size and checksum, else what is wrong."""
-        files = self.manifest.get("files")
-        if not isinstance(files, dict) or not files:
-            return "manifest lists no files"
-        for name, want in files.items():
-            try:
-                verify_file(self.path / name, want)
-            except Damaged as exc:
-                return str(exc)
-        return None
-
-    def read_bytes(self, name: str = BYTES_FILE) -> bytes:
-        return (self.path / name).read_bytes()
-
-    def load(self) -> Any:
-        """The saved payload: bytes, a dict of name -> bytes, an object, or a folder (for paths).
-        Verified as it is read unless ``latest()`` just verified it; arrays come back writable."""
-        try:
-            return self.load_checked(check=not self.verified)
-        except Damaged as exc:
-            raise CheckpointError(f"checkpoint {self.path} is damaged ({exc})") from exc
-
-    def load_checked(self, check: bool = True) -> Any:
-        """``load()``, raising Damaged when ``check`` finds a file that differs from the manifest.
-        Every file is read from the disk once: bytes while a helper checksums them, other kinds by
-        checksumming first and then mapping the pages that brought into the page cache."""
-        files = self.manifest.get("files")
-        if not isinstance(files, dict) or not files:
-            raise Damaged("manifest lists no files")
-        if self.kind in ("bytes", "files"):
-            read = (lambda n: read_checked(self.path / n, files[n])) if check else self.read_bytes
-            if self.kind == "bytes":
-                return read(BYTES_FILE)
-            return {name: read(name) for name in files}
-        if check:
-            for name, want in files.items():
-                verify_file(self.path / name, want)
-        if self.kind == "pickle":
-            return self._load_pickle()
-        if self.kind == "torch":
-            from slurm_preempt.job import torchstate  # imports torch: only for save_torch checkpoints
-
-            return torchstate.load(self.path / torchstate.FILE)
-        return self.path
-
-    def _load_pickle(self) -> Any:
-        blob = memoryview(map_file(self.path / BUFFERS_FILE))
-        buffers, offset = [], 0
-        for length in self.manifest.get("buffers", []):
-            buffers.append(blob[offset : offset + length])
-            offset += length
-        return pickle_loads(self.read_bytes(PICKLE_FILE), buffers)
-
-
-def pickle_loads(head: bytes, buffers: list) -> Any:
-    return pickle.loads(head, buffers=buffers)
-
-
 class CheckpointStore:
     """Atomic checkpoints in one folder; keeps the last ``keep``; background saves optional.
 
+    ``format`` says how a save writes its payload (``job/formats.py``: ``PickleFormat()``, the default,
+    or ``TorchFormat()``; a sharded checkpoint is written by every rank together, through ``Run``).
     ``warn`` receives each warning (a damaged checkpoint skipped, an older step saved); by default it
     is logged (``slurm_preempt.job.checkpoint``, level WARNING). ``owner`` says who writes (host,
     process, Slurm job and restart; default: this process), for the sweep of leftovers. Background
@@ -161,21 +68,40 @@ class CheckpointStore:
         warn: Callable[[str], None] | None = None,
         owner: Owner | None = None,
         reuse_buffers: bool = True,
+        *,
+        format: WholeFormat | None = None,
     ):
         if keep < 1:
             raise CheckpointError(f"keep must be at least 1, not {keep}")
-        self.directory = Path(directory)
-        self.keep = keep
+        if format is not None and format.sharded:
+            raise CheckpointError(
+                "a sharded checkpoint is written by every rank together: Run(format=ShardedFormat())"
+            )
+        self._directory = Path(directory)
+        self._keep = keep
+        self._format: WholeFormat = PickleFormat() if format is None else format
         self._warn = warn if warn is not None else log.warning
         self._owner = owner
         self._reuse = reuse_buffers
-        self._staging = Staging()
-        self._torch_staging: Any = None
+        self._stagings: dict[type, Any] = {}  # format class -> memory its background saves copy into
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last: Checkpoint | None = None
         self._tidy: threading.Thread | None = None
         self._swept = False
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def keep(self) -> int:
+        """How many checkpoints (steps) stay after a save."""
+        return self._keep
+
+    @property
+    def format(self) -> WholeFormat:
+        return self._format
 
     @property
     def owner(self) -> Owner:
@@ -185,45 +111,81 @@ class CheckpointStore:
 
     # ------------------------------------------------------------------------------------ saving
 
-    def save(self, step: int, payload: Any, meta: Mapping | None = None) -> Checkpoint:
-        """Write ``payload`` as checkpoint ``step`` (from its own buffers) and return it once durable."""
-        self.wait()
-        return self._write(int(step), snapshot_of(payload), dict(meta or {}))
+    @overload
+    def save(
+        self, step: int, payload: Any, meta: Mapping | None = None, *, background: Literal[False] = False
+    ) -> Checkpoint: ...
+
+    @overload
+    def save(
+        self, step: int, payload: Any, meta: Mapping | None = None, *, background: bool
+    ) -> Checkpoint | None: ...
+
+    def save(
+        self, step: int, payload: Any, meta: Mapping | None = None, *, background: bool = False
+    ) -> Checkpoint | None:
+        """Write ``payload`` as checkpoint ``step`` in the store's format.
+
+        Synchronous (the default): written from the payload's own buffers (live tensors for
+        ``TorchFormat``), no copy; returns the Checkpoint once durable. ``background=True``: copies the
+        payload now (into memory kept from the previous background save), writes it on a helper thread
+        and returns None; ``wait()`` returns that Checkpoint. One save in flight: any save first waits
+        for the previous one and raises CheckpointError if it failed."""
+        return self._save(int(step), payload, meta, background, self._format)
 
     def save_paths(self, step: int, paths: Iterable[Path | str], meta: Mapping | None = None) -> Checkpoint:
+        """Copy files and folders (under their base names) into checkpoint ``step``; for shell jobs."""
         self.wait()
         return self._write(int(step), snapshot_of_paths(paths), dict(meta or {}))
 
-    def save_torch(
-        self, step: int, state: Any, meta: Mapping | None = None, background: bool = False
+    def _save(
+        self, step: int, payload: Any, meta: Mapping | None, background: bool, fmt: WholeFormat
     ) -> Checkpoint | None:
-        """Save a PyTorch state dict (tensors anywhere in nested dicts/lists) with ``torch.save`` streamed
-        to disk. ``background``: the caller waits only for a copy of the tensors to host memory. Needs
-        torch (the ``[torch]`` extra)."""
-        from slurm_preempt.job import torchstate
-
+        """The one way a payload is saved (``save`` and the deprecated aliases come here)."""
         self.wait()
         if not background:
-            return self._write(int(step), torchstate.snapshot(state), dict(meta or {}))
-        if self._torch_staging is None or not self._reuse:
-            self._torch_staging = torchstate.TorchStaging()
-        snap = torchstate.snapshot(state, self._torch_staging)
-        self.save_snapshot_async(int(step), snap, dict(meta or {}))
+            return self._write(step, fmt.snapshot(payload), dict(meta or {}))
+        snap = fmt.snapshot(payload, self._staging_for(fmt))
+        self._start_background(step, snap, dict(meta or {}))
         return None
 
-    def save_async(self, step: int, payload: Any, meta: Mapping | None = None) -> None:
-        """Copy ``payload`` now, write it in a background thread. One save in flight: this waits for the
-        previous one, and raises its error if it failed."""
-        self.wait()
-        snap = snapshot_of(payload, self._staging if self._reuse else Staging())
-        self.save_snapshot_async(int(step), snap, dict(meta or {}))
+    def _staging_for(self, fmt: WholeFormat) -> Any:
+        """The memory a background save in ``fmt`` copies into: kept for the next one unless
+        ``reuse_buffers=False``."""
+        staging = self._stagings.get(type(fmt)) if self._reuse else None
+        if staging is None:
+            staging = fmt.staging()
+            if self._reuse:
+                self._stagings[type(fmt)] = staging
+        return staging
 
-    def save_snapshot_async(self, step: int, snap: Snapshot, meta: dict) -> None:
+    def _start_background(self, step: int, snap: Snapshot, meta: dict) -> None:
         self.wait()
         self._thread = threading.Thread(
             target=self._background, args=(step, snap, meta), name="slurm-preempt-save", daemon=True
         )
         self._thread.start()
+
+    # Deprecated aliases, kept for one release: each warns and takes the one path above.
+
+    def save_torch(
+        self, step: int, state: Any, meta: Mapping | None = None, background: bool = False
+    ) -> Checkpoint | None:
+        """Deprecated: ``CheckpointStore(..., format=TorchFormat()).save(step, state, background=...)``."""
+        _deprecated("save_torch()", "CheckpointStore(..., format=TorchFormat()).save(step, state)")
+        from slurm_preempt.job.formats import TorchFormat
+
+        return self._save(int(step), state, meta, background, TorchFormat())
+
+    def save_async(self, step: int, payload: Any, meta: Mapping | None = None) -> None:
+        """Deprecated: ``save(step, payload, background=True)``."""
+        _deprecated("save_async()", "save(step, payload, background=True)")
+        self._save(int(step), payload, meta, True, PickleFormat())
+
+    def save_snapshot_async(self, step: int, snap: Snapshot, meta: dict) -> None:
+        """Deprecated (internal): ``save(step, payload, background=True)``."""
+        _deprecated("save_snapshot_async()", "save(step, payload, background=True)")
+        self._start_background(int(step), snap, meta)
 
     def wait(self) -> Checkpoint | None:
         """Wait for the save in flight; raise CheckpointError if it (or the previous one) failed."""
@@ -381,16 +343,17 @@ class CheckpointStore:
         found = self._first_intact(_verify if verify else (lambda _found: None))
         return None if found is None else replace(found[0], verified=verify)
 
-    def load_latest(self) -> tuple[int, Any] | None:
-        """(step, payload) of the newest intact checkpoint, or None on a first run. Checked while
-        loaded: each file is read from the disk once."""
-        found = self.restore()
-        return None if found is None else (found[0].step, found[1])
-
     def restore(self) -> tuple[Checkpoint, Any] | None:
-        """(checkpoint, payload) of the newest intact checkpoint, or None; like ``load_latest``."""
+        """(checkpoint, payload) of the newest intact checkpoint, or None on a first run; damaged newer
+        ones are skipped with a warning. Checked while loaded: each file is read from the disk once."""
         found = self._first_intact(lambda checkpoint: checkpoint.load_checked())
         return None if found is None else (replace(found[0], verified=True), found[1])
+
+    def load_latest(self) -> tuple[int, Any] | None:
+        """Deprecated: ``restore()``, which returns the Checkpoint where this returned its step."""
+        _deprecated("load_latest()", "restore()")
+        found = self.restore()
+        return None if found is None else (found[0].step, found[1])
 
     def _first_intact(self, check: Callable[[Checkpoint], Any]) -> tuple[Checkpoint, Any] | None:
         """The first candidate that opens and passes ``check`` (which raises Damaged), and what
@@ -416,6 +379,14 @@ class CheckpointStore:
             if not vanished:
                 return None
         return None
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"CheckpointStore.{old} is deprecated and goes in the next release: use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _verify(found: Checkpoint) -> None:

@@ -35,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurm_preempt import procinfo
 from slurm_preempt.durable import fsync_dir
 from slurm_preempt.job.checkpoint_io import fs_step
 from slurm_preempt.job.snapshot import OWNER_FILE
@@ -107,9 +108,10 @@ def _read(path: str) -> str:
 
 
 def _process_start(pid: int) -> str:
-    """Start time of ``pid`` in clock ticks since boot ("" when unknown): tells a reused pid apart."""
-    text = _read(f"/proc/{pid}/stat")
-    return text.rsplit(")", 1)[1].split()[19] if ")" in text else ""
+    """Start tick of ``pid`` as ``.owner`` holds it (decimal text, "" when unknown): tells a reused pid
+    apart."""
+    ticks = procinfo.start_ticks(pid)
+    return "" if ticks is None else str(ticks)
 
 
 def _pid_namespace() -> str:
@@ -185,7 +187,7 @@ class Owner:
 
 def process_running(pid: int, start: str = "") -> bool:
     """True while process ``pid`` exists and, when ``start`` is known, is the one that started then."""
-    if start and os.path.isdir("/proc/self"):
+    if start and procinfo.available():
         return _process_start(pid) == start
     try:
         os.kill(pid, 0)

@@ -15,8 +15,9 @@ from typing import Any
 
 from slurm_preempt.errors import CheckpointError, MissingDependencyError
 from slurm_preempt.job.checkpoint import Checkpoint
+from slurm_preempt.job.formats import ShardedFormat
 
-FORMAT = "dcp"
+FORMAT = ShardedFormat.name
 
 
 def _dcp():

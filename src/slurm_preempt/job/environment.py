@@ -1,4 +1,4 @@
-"""What a job learns from its environment, and the ledger it writes to.
+"""What a job learns from its environment.
 
 Slurm facts (22.05): ``SLURM_JOB_ID`` is an array task's own id, except that one task keeps the array's
 id (so requeue names a task as ``ARRAY_TASK``, see ``requeue_id``);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurm_preempt import ledger
+from slurm_preempt import procinfo
 from slurm_preempt.config import ENV_STATE_DIR
 from slurm_preempt.notice import ENV_NOTICE, Notice, notice_path, read_notice
 
@@ -43,33 +43,28 @@ def _int(env: Mapping[str, str], *names: str, default: int) -> int:
     return default
 
 
-def _stat(pid: int) -> tuple[str, int, float]:
-    """(command name, parent pid, start time in clock ticks since boot) of a process."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    comm = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text.rsplit(")", 1)[1].split()
-    return comm, int(fields[1]), int(fields[19])
-
-
 def job_start_time() -> datetime | None:
     """When this job attempt started: the start of the oldest ancestor below slurmstepd (the batch
     script), else of this process. UTC; None where /proc is missing."""
+    me = procinfo.read(os.getpid())
+    if me is None:
+        return None
+    oldest, parent = me, me.ppid
+    while parent > 1:
+        above = procinfo.read(parent)
+        if above is None:
+            return None  # an ancestor exited while we looked: which one was the batch script is unknown
+        if above.comm.startswith("slurmstepd"):
+            break
+        oldest, parent = above, above.ppid
+    else:
+        oldest = me  # not under slurmstepd: only this process is known to belong to the attempt
     try:
-        pid = os.getpid()
-        _comm, parent, ticks = _stat(pid)
-        first = ticks
-        while parent > 1:
-            parent_comm, grandparent, parent_ticks = _stat(parent)
-            if parent_comm.startswith("slurmstepd"):
-                break
-            pid, parent, ticks = parent, grandparent, parent_ticks
-        else:
-            ticks = first  # not under slurmstepd: only this process is known to belong to the attempt
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        started = time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
-        return datetime.fromtimestamp(started, timezone.utc)
     except (OSError, ValueError, IndexError):
         return None
+    started = time.time() - uptime + oldest.start_ticks / os.sysconf("SC_CLK_TCK")
+    return datetime.fromtimestamp(started, timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -171,36 +166,3 @@ def fresh_notice(env: JobEnv, handled: set[str]) -> Notice | None:
     if started is not None and (started - found.drain_time).total_seconds() > NOTICE_SKEW:
         return None
     return found
-
-
-class LedgerWriter:
-    """Ledger events of this job; a missing or unwritable state folder warns once and never raises."""
-
-    def __init__(self, state_dir: Path | None, job_id: str):
-        self.state_dir, self.job_id = state_dir, job_id
-        self._warned = False
-
-    def record(self, kind: str, **fields) -> Path | None:
-        if self.state_dir is None or not self.job_id:
-            return None
-        try:
-            return ledger.record(self.state_dir, self.job_id, kind, source="job", **fields)
-        except (OSError, ValueError) as exc:
-            if not self._warned:
-                self._warned = True
-                log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
-            return None
-
-    def handled_events(self) -> set[str]:
-        """Notice event ids an earlier attempt already acted on (it requeued for them)."""
-        if self.state_dir is None or not self.job_id:
-            return set()
-        try:
-            events = ledger.events(self.state_dir, self.job_id)
-        except (OSError, ValueError):
-            return set()
-        return {e["event_id"] for e in events if e.get("kind") == "requeued" and e.get("event_id")}
-
-
-def ledger_writer(env: JobEnv) -> LedgerWriter:
-    return LedgerWriter(env.state_dir, env.job_id)

@@ -9,7 +9,9 @@ would drop INFO lines. So ``Run``, built once at the start of a job, calls ``sho
   ``slurm-preempt: <message>``) only when neither that logger nor the root logger has a handler: a
   program that configured logging (``logging.basicConfig``, a framework) gets the lines through its own
   handlers and at its own level, never twice;
-- ``Run(log_to_stderr=True)`` adds it even when the root logger has handlers, ``False`` never does;
+- a handler of the program's own on the ``slurm_preempt`` logger (``logging.NullHandler()`` for none)
+  keeps it from being added; the internal ``Wiring(log_to_stderr=True)`` (tests) adds it even when the
+  root logger has handlers, ``False`` never does;
 - ``Run.close()`` (or leaving ``with Run(...)``) takes it away again.
 
 The command line configures logging itself (``slurm_preempt.cli._logging``), with the same stderr

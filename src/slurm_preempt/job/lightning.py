@@ -25,16 +25,20 @@ work is lost; without one Lightning restarts the interrupted epoch's data (its o
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from slurm_preempt.errors import CheckpointError, MissingDependencyError
 from slurm_preempt.job import agreement as agreement_mod
 from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR
-from slurm_preempt.job.resume import Run
+from slurm_preempt.job.formats import ShardedFormat
+from slurm_preempt.job.resume import Run, Wiring
+from slurm_preempt.job.sharded import Writer
 
 try:
     from lightning.pytorch import Callback
@@ -43,32 +47,43 @@ except ImportError:  # pragma: no cover - depends on what is installed
         "Lightning is not installed: pip install 'slurm-preempt[lightning]'"
     ) from None
 
-FORMAT = "lightning"
 CKPT_NAME = "lightning.ckpt"
+
+
+class _TrainerCheckpoint(ShardedFormat):
+    """A sharded checkpoint written by ``trainer.save_checkpoint`` on every rank (a collective: DDP's
+    rank 0 writes the file, FSDP's ranks write shards); Lightning loads it itself (``ckpt_path=``)."""
+
+    name: ClassVar[str] = "lightning"
+
+    def writer(self, state: Any) -> Writer:
+        trainer = state
+        return lambda folder: trainer.save_checkpoint(str(folder / CKPT_NAME))
+
+    def loader(self, into: Any) -> Callable[[Checkpoint], Any]:
+        raise CheckpointError("Lightning loads its own checkpoints: trainer.fit(ckpt_path=resume_path())")
 
 
 class PreemptionCallback(Callback):
     """Checkpoint every ``every_n_steps`` optimizer steps (or ``interval`` seconds), and on a preemption
-    notice: one checkpoint on all ranks at the same batch, then requeue and exit."""
+    notice: one checkpoint on all ranks at the same batch, then requeue and exit. ``checkpoint_dir``
+    defaults to ``$SLURM_PREEMPT_CHECKPOINT_DIR``; ``settings`` (keep, signals...) to ``[resume]``."""
 
     def __init__(
         self,
         checkpoint_dir: Path | str | None = None,
+        *,
         every_n_steps: int | None = None,
         interval: float | None = None,
-        keep: int = 3,
-        signals: tuple[str, ...] | None = None,
-        agree_seconds: float | None = None,
+        settings: job_settings.ResumeSettings | None = None,
     ):
-        import os
-
         folder = checkpoint_dir or os.environ.get(ENV_CHECKPOINT_DIR)
         if not folder:
             raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
-        self.directory = Path(folder)
-        self.every_n_steps, self.interval, self.keep = every_n_steps, interval, keep
-        self.signals, self.agree_seconds = signals, agree_seconds  # signals: [resume] signals
-        self.run: Run | None = None
+        self._directory = Path(folder)
+        self._every_n_steps, self._interval = every_n_steps, interval
+        self._settings = job_settings.load() if settings is None else settings
+        self._run: Run | None = None
         self._resumed: Checkpoint | None = None  # what resume_path() chose
 
     # ------------------------------------------------------------------------------------ resuming
@@ -77,59 +92,52 @@ class PreemptionCallback(Callback):
         """The Lightning checkpoint to pass as ``trainer.fit(ckpt_path=...)``: the newest complete one
         (every file verified, damaged ones skipped), or None on a first run. Every rank calls it before
         ``fit``; ``setup`` then checks that all ranks chose the same one."""
-        self._resumed = CheckpointStore(self.directory, keep=self.keep).latest()
+        self._resumed = CheckpointStore(self._directory, keep=self._settings.keep).latest()
         return None if self._resumed is None else str(self._resumed.path / CKPT_NAME)
 
     # ------------------------------------------------------------------------------------ hooks
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self.run is not None:
+        if stage != "fit" or self._run is not None:
             return
         agreement = agreement_mod.default(trainer.world_size)
-        self.run = Run(
-            checkpoint_dir=self.directory,
-            every=self.every_n_steps,
-            interval=self.interval,
-            keep=self.keep,
-            agreement=agreement,
-            writer=trainer.is_global_zero,
-            install_signals=False,  # Lightning installs its own at fit start: ours go in after them
-            sharded=True,
-            agree_seconds=self.agree_seconds,
+        self._run = Run(
+            self._directory,
+            every=self._every_n_steps,
+            interval=self._interval,
+            format=_TrainerCheckpoint(),
+            settings=self._settings,
+            # Lightning installs its own signal handlers at fit start: ours go in after them.
+            _wiring=Wiring(agreement=agreement, writer=trainer.is_global_zero, install_signals=False),
         )
         mine = self._resumed.step if self._resumed is not None else -1
         newest, minus_oldest = agreement.agree([mine, -mine])
         if newest != -minus_oldest:
             raise CheckpointError(
                 f"ranks resume from different checkpoints (steps {-minus_oldest} to {newest}) in "
-                f"{self.directory}: is the folder the same shared folder on every node?"
+                f"{self._directory}: is the folder the same shared folder on every node?"
             )
         if self._resumed is not None:
-            self.run.adopt(self._resumed)
+            self._run._adopt(self._resumed)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        assert self.run is not None
+        assert self._run is not None
         # Replaces Lightning's SIGTERM and USR1 handlers, installed at fit start.
-        self.run.install_signals(self.signals or job_settings.load().signals)
+        self._run._signals.install(self._settings.signals)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, *args: Any, **kwargs: Any) -> None:
-        run = self.run
+        run = self._run
         assert run is not None
         step = trainer.global_step
         if run.should_checkpoint(step):
-            run.save_parts(step, lambda folder: self._write(trainer, folder), FORMAT)
+            run.save(step, trainer)  # every rank: trainer.save_checkpoint, one commit
         if run.preempted:
             sys.stdout.flush()
             run.requeue_and_exit()  # SystemExit: Lightning tears down and the process exits 0
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.run is not None and stage == "fit":
-            self.run.close()
-
-    @staticmethod
-    def _write(trainer: Any, folder: Path) -> None:
-        # Every rank calls it (a collective): DDP's rank 0 writes the file; FSDP's ranks write shards.
-        trainer.save_checkpoint(str(folder / CKPT_NAME))
+        if self._run is not None and stage == "fit":
+            self._run.close()
 
 
 __all__ = ["CKPT_NAME", "PreemptionCallback"]

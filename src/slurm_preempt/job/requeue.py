@@ -14,7 +14,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from slurm_preempt.job.environment import JobEnv, LedgerWriter, requeue_id
+from slurm_preempt.job.environment import JobEnv, requeue_id
+from slurm_preempt.job.ledger_writer import LedgerWriter
 
 log = logging.getLogger(__name__)
 

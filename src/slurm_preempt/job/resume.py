@@ -2,7 +2,7 @@
 
 ::
 
-    run = slurm_preempt.Run(checkpoint_dir="ckpt", every=50)
+    run = slurm_preempt.Run("ckpt", every=50)     # format=TorchFormat(background=True), settings=...
     state = run.restore() or fresh_state()        # None on a first run
     for step in range(run.step, total):
         train(state)
@@ -15,18 +15,18 @@ Preemption arrives as a signal (USR1 from the watcher, SIGTERM from the cluster,
 and/or a notice file. Signal handlers only set a flag; all I/O happens at the next step boundary. The
 deadline comes from the notice (drain time + grace) when there is one, else signal time +
 ``deadline_after_signal``. The key lines of a job's log are logged at INFO (``job/joblog.py`` says how
-they reach stderr). Import-light: standard library only; Slurm commands (and ClusterShell) load only
-to requeue.
+they reach stderr). The job author's whole surface is listed in docs/resume.md (a test holds the two
+together). Import-light: standard library only; Slurm commands (and ClusterShell) load only to requeue.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,111 +36,134 @@ from slurm_preempt.job import agreement as agreement_mod
 from slurm_preempt.job import joblog
 from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
-from slurm_preempt.job.environment import (
-    ENV_CHECKPOINT_DIR,
-    ENV_CHECKPOINT_INTERVAL,
-    JobEnv,
-    fresh_notice,
-    ledger_writer,
-)
+from slurm_preempt.job.commit import Owner
+from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_INTERVAL, JobEnv, fresh_notice
+from slurm_preempt.job.formats import Format, PickleFormat, ShardedFormat
+from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.job.pacing import Pacer
 from slurm_preempt.job.sharded import KIND as SHARDED
 from slurm_preempt.job.sharded import ShardedStore, Writer
+from slurm_preempt.job.signal_flag import SignalFlag
 from slurm_preempt.notice import Notice
 from slurm_preempt.notice import deadline as deadline_of
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Wiring:
+    """How a Run meets its process, for tests, benchmarks and the Lightning callback: not the job
+    author's (the defaults are what a job needs). ``environ`` stands for the whole environment:
+    Slurm's variables, the defaults of the folder and interval, the configuration (settings and state
+    folder) and the owner record of the checkpoint folder are all read from it."""
+
+    environ: Mapping[str, str] | None = None  # None: os.environ
+    agreement: agreement_mod.Agreement | None = None  # None: agreement.default(world)
+    writer: bool | None = None  # the rank that writes whole checkpoints; None: rank 0
+    install_signals: bool = True  # False: the caller installs them later (Lightning, after its own)
+    log_to_stderr: bool | None = None  # see job/joblog.py; None: only when nothing configured logging
+
+
 class Run:
     """One attempt of a job. Build it once, early; it installs signal handlers (main thread only).
 
-    Options left at None come from ``[resume]`` in the config (``job/settings.py``). ``log_to_stderr``:
-    whether the job's key lines get a stderr handler (None: only when the program configured no
-    logging; see ``job/joblog.py``).
+    ``checkpoint_dir`` (default ``$SLURM_PREEMPT_CHECKPOINT_DIR``); the cadence: ``every`` steps and/or
+    ``interval`` seconds (neither: ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``); ``format`` (``job/formats.py``,
+    default ``PickleFormat()``); ``settings`` (the ``[resume]`` section, default
+    ``job.settings.load()``). ``_wiring`` is internal (``Wiring``).
     """
 
     def __init__(
         self,
         checkpoint_dir: Path | str | None = None,
-        interval: float | None = None,
+        *,
         every: int | None = None,
-        keep: int | None = None,
-        background: bool = False,
-        deadline_after_signal: float | None = None,
-        signals: tuple[str, ...] | None = None,
-        agreement: agreement_mod.Agreement | None = None,
-        writer: bool | None = None,
-        environ: dict | None = None,
-        install_signals: bool = True,
-        torch: bool = False,
-        log_to_stderr: bool | None = None,
-        sharded: bool = False,
-        agree_seconds: float | None = None,
+        interval: float | None = None,
+        format: Format | None = None,
+        settings: job_settings.ResumeSettings | None = None,
+        _wiring: Wiring | None = None,
     ):
-        env = os.environ if environ is None else environ
+        wiring = Wiring() if _wiring is None else _wiring
+        env = os.environ if wiring.environ is None else wiring.environ
         folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
         if not folder:
             raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
-        self._stop_logging = joblog.show_on_stderr(log_to_stderr)  # first: settings may warn
-        settings = job_settings.load()
-        self.env = JobEnv.from_environ(environ)
-        self.store = CheckpointStore(folder, keep=int(keep or settings.keep))
+        self._stop_logging = joblog.show_on_stderr(wiring.log_to_stderr)  # first: settings may warn
+        self._settings = job_settings.load(wiring.environ) if settings is None else settings
+        self._env = JobEnv.from_environ(wiring.environ)
+        self._format: Format = PickleFormat() if format is None else format
+        owner = None if wiring.environ is None else Owner.current(environ=dict(wiring.environ))
+        whole = None if isinstance(self._format, ShardedFormat) else self._format
+        self._store = CheckpointStore(folder, keep=self._settings.keep, owner=owner, format=whole)
         if interval is None and every is None:
             interval = _seconds(env.get(ENV_CHECKPOINT_INTERVAL))
-        self.interval, self.every, self.background = interval, every, background
-        self.torch = torch  # save with torch.save (tensors copied to CPU first) instead of pickle
-        self.deadline_after_signal = float(
-            settings.deadline_after_signal if deadline_after_signal is None else deadline_after_signal
+        self._interval, self._every = interval, every
+        self._agreement = wiring.agreement or agreement_mod.default(self._env.world)
+        self._writer = (self._env.rank == 0) if wiring.writer is None else wiring.writer
+        # Sharded: every rank writes its part of each checkpoint, one commit makes them visible.
+        self._sharded = (
+            ShardedStore(folder, self._agreement, self._store.keep, owner) if self._format.sharded else None
         )
-        self.requeue_exit_code = settings.requeue_exit_code
-        self.notice_poll = settings.notice_poll
-        self.agreement = agreement or agreement_mod.default(self.env.world)
-        self.writer = (self.env.rank == 0) if writer is None else writer
-        # Sharded: every rank writes its part of each checkpoint (DCP), one commit makes them visible.
-        self.sharded = ShardedStore(folder, self.agreement, self.store.keep) if sharded else None
-        seconds = settings.agree_seconds if agree_seconds is None else agree_seconds
-        self._pacer = Pacer(seconds if self.agreement.world > 1 else 0.0)
-        self._ledger = ledger_writer(self.env)
-        self.step = 0
-        self.restored: Checkpoint | None = None
+        seconds = self._settings.agree_seconds
+        self._pacer = Pacer(seconds if self._agreement.world > 1 else 0.0)
+        self._ledger = LedgerWriter.for_job(self._env)
+        self._step = 0
+        self._restored: Checkpoint | None = None
         self._last_save = time.monotonic()
-        self._signal_at: float | None = None  # wall clock of the first preemption signal
-        self._signal_name = ""
+        self._signals = SignalFlag(heard=self._reread_notice)
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
-        self._requeuing = False  # our own `scontrol requeue` sends SIGTERM: not a new preemption
         self._handled_events: set[str] = self._ledger.handled_events()
         self._notice: Notice | None = None
         self._recorded_path: Path | None = None  # the last checkpoint written to the ledger
         self._notice_checked = float("-inf")
-        self._previous_handlers: dict[int, Any] = {}
-        if install_signals:
-            self.install_signals(signals or settings.signals)
+        if wiring.install_signals:
+            self._signals.install(self._settings.signals)
+
+    # ------------------------------------------------------------------------------------ where it stands
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self._store.directory
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds between periodic checkpoints (given, or ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``)."""
+        return self._interval
+
+    @property
+    def step(self) -> int:
+        """The step of the last checkpoint restored or saved (0 on a first run)."""
+        return self._step
+
+    @property
+    def restored(self) -> Checkpoint | None:
+        """The checkpoint this attempt resumed from (None on a first run)."""
+        return self._restored
 
     # ------------------------------------------------------------------------------------ facts
 
     @property
     def restart_count(self) -> int:
-        return self.env.restart_count
+        return self._env.restart_count
 
     @property
     def attempt(self) -> int:
-        return self.env.restart_count + 1
+        return self._env.restart_count + 1
 
     @property
     def is_restart(self) -> bool:
         """A restart by Slurm's count, or a checkpoint already there (e.g. a resubmitted job)."""
-        return self.env.restart_count > 0 or self.restored is not None or bool(self.store.steps())
+        return self._env.restart_count > 0 or self._restored is not None or bool(self._store.steps())
 
     @property
     def nodes(self) -> int:
-        return self.env.num_nodes
+        return self._env.num_nodes
 
     @property
     def previous_nodes(self) -> int | None:
         """Node count of the attempt that wrote the restored checkpoint (None on a first run)."""
-        return None if self.restored is None else self.restored.meta.get("num_nodes")
+        return None if self._restored is None else self._restored.meta.get("num_nodes")
 
     @property
     def nodes_changed(self) -> bool:
@@ -151,39 +174,41 @@ class Run:
     def restore(self, into: dict | None = None) -> Any:
         """The payload of the newest intact checkpoint (falls back past damaged ones), or None.
 
-        Sharded (``Run(sharded=True)``, every rank calls it): ``into`` is the state dict to fill in
+        Sharded (``format=ShardedFormat()``, every rank calls it): ``into`` is the state dict to fill in
         place (tensors, DTensors, FSDP2 shards laid out for this world size; DCP reshards); returns it
-        filled, or None on every rank when no checkpoint is complete and loadable everywhere."""
-        done = self._restore_sharded(into) if self.sharded is not None else self._restore_whole()
+        filled, or None on every rank when no checkpoint is complete and loadable everywhere. Raises
+        CheckpointError when a whole format finds a sharded checkpoint or a sharded restore has no
+        ``into``; MissingDependencyError when it needs torch and there is none."""
+        done = self._restore_sharded(into) if self._sharded is not None else self._restore_whole()
         if done is None:
             return None
         found, payload = done
-        self.adopt(found)
+        self._adopt(found)
         return payload
 
-    def adopt(self, found: Checkpoint) -> None:
-        """Take ``found`` as the checkpoint this attempt resumed from (``restore`` does; a framework
-        that loads checkpoints itself, such as Lightning, calls it after loading)."""
-        self.restored, self.step = found, found.step
+    def _adopt(self, found: Checkpoint) -> None:
+        """Take ``found`` as the checkpoint this attempt resumed from (``restore`` does; the Lightning
+        callback, whose trainer loads the checkpoint itself, calls it after choosing one)."""
+        self._restored, self._step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
-        self._notice_checked = float("-inf")  # re-read the notice with the handled events known
-        if self.writer:
+        self._reread_notice()  # with the handled events known
+        if self._writer:
             self._say_resumed(found)
 
     def _restore_whole(self) -> tuple[Checkpoint, Any] | None:
-        restored = self.store.restore()  # verified while loaded: each file read once
+        restored = self._store.restore()  # verified while loaded: each file read once
         if restored is not None and restored[0].kind == SHARDED:
             path = restored[0].path
-            raise CheckpointError(f"{path} is sharded (every rank wrote a part): use Run(sharded=True)")
+            raise CheckpointError(
+                f"{path} is sharded (every rank wrote a part): use Run(format=ShardedFormat())"
+            )
         return restored
 
     def _restore_sharded(self, into: dict | None) -> tuple[Checkpoint, Any] | None:
         if into is None:
             raise CheckpointError("a sharded restore loads in place: pass restore(into=state_dict)")
-        from slurm_preempt.job import dcpstate
-
-        assert self.sharded is not None
-        return self.sharded.restore(dcpstate.loader(into))
+        assert self._sharded is not None and isinstance(self._format, ShardedFormat)
+        return self._sharded.restore(self._format.loader(into))
 
     def _say_resumed(self, found: Checkpoint) -> None:
         before = self.previous_nodes
@@ -198,65 +223,41 @@ class Run:
             attempt=self.attempt,
             nodes=self.nodes,
             previous_nodes=before,
-            node_list=self.env.node_list,
+            node_list=self._env.node_list,
         )
 
     # ------------------------------------------------------------------------------------ notices
-
-    def install_signals(self, names: tuple[str, ...]) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            log.warning("signal handlers can only be installed from the main thread; notices by file only")
-            return
-        for name in names:
-            number = getattr(signal, f"SIG{name.upper().removeprefix('SIG')}")
-            self._previous_handlers[number] = signal.signal(number, self._on_signal)
-
-    def restore_signals(self) -> None:
-        for number, handler in self._previous_handlers.items():
-            signal.signal(number, handler)
-        self._previous_handlers.clear()
-
-    def _ignore_signals(self) -> None:
-        # Our own `scontrol requeue` SIGTERMs the job. A Python handler would swallow it, but the
-        # interpreter puts SIG_DFL back while it shuts down, and a SIGTERM landing then ends the
-        # process with 143 instead of the exit code we chose. SIG_IGN survives the shutdown.
-        if threading.current_thread() is threading.main_thread():
-            for number in self._previous_handlers:
-                signal.signal(number, signal.SIG_IGN)
-
-    def _on_signal(self, number, _frame) -> None:
-        # A flag only: no I/O, no checkpoint here (that hangs under NCCL/DDP); the step boundary acts.
-        if self._requeuing or self._signal_at is not None:
-            return
-        self._signal_at = time.time()
-        self._signal_name = signal.Signals(number).name
-        self._notice_checked = float("-inf")  # re-read the notice file at the next step boundary
 
     @property
     def notice(self) -> Notice | None:
         """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
         now = time.monotonic()
-        if now - self._notice_checked >= self.notice_poll:
+        if now - self._notice_checked >= self._settings.notice_poll:
             self._notice_checked = now
             self._notice = self._fresh_notice()
         return self._notice
 
     def _fresh_notice(self) -> Notice | None:
-        return fresh_notice(self.env, self._handled_events)
+        return fresh_notice(self._env, self._handled_events)
+
+    def _reread_notice(self) -> None:
+        # Called from the signal handler too: a flag only (no I/O, no checkpoint, which hangs under
+        # NCCL/DDP); the notice file is read again at the next step boundary.
+        self._notice_checked = float("-inf")
 
     @property
     def notified(self) -> bool:
         """This rank has seen a signal or a notice (not yet agreed with the other ranks)."""
-        return self._signal_at is not None or self.notice is not None
+        return self._signals.at is not None or self.notice is not None
 
     @property
     def deadline(self) -> datetime | None:
         notice = self.notice
         if notice is not None:
             return notice.deadline
-        if self._signal_at is not None:
-            signalled = datetime.fromtimestamp(self._signal_at, timezone.utc)
-            return deadline_of(signalled, self.deadline_after_signal)
+        if self._signals.at is not None:
+            signalled = datetime.fromtimestamp(self._signals.at, timezone.utc)
+            return deadline_of(signalled, self._settings.deadline_after_signal)
         return None
 
     @property
@@ -271,12 +272,12 @@ class Run:
         step boundary (it exchanges flags with the other ranks)."""
         if self._stopping:
             return not self._final_saved
-        every_due = bool(self.every and step % self.every == 0 and step != self.step)  # same on all ranks
+        every_due = bool(self._every and step % self._every == 0 and step != self._step)  # same on all ranks
         if not self._pacer.due():
             return every_due
-        local_stop = int(self.notified and not self._requeuing)
-        interval_due = int(bool(self.interval and time.monotonic() - self._last_save >= self.interval))
-        stop, due, minus_every = self.agreement.agree([local_stop, interval_due, -self._pacer.proposal()])
+        local_stop = int(self.notified and not self._signals.muted)
+        interval_due = int(bool(self._interval and time.monotonic() - self._last_save >= self._interval))
+        stop, due, minus_every = self._agreement.agree([local_stop, interval_due, -self._pacer.proposal()])
         self._pacer.agreed(-minus_every)
         if stop:
             self._stopping = True
@@ -289,93 +290,81 @@ class Run:
         return bool(stop or due or every_due)
 
     def _rank_prefix(self) -> str:
-        return f"rank {self.agreement.rank}: " if self.agreement.world > 1 else ""
+        return f"rank {self._agreement.rank}: " if self._agreement.world > 1 else ""
 
     def _cause(self) -> str:
         notice = self.notice
         if notice is not None:
             return f"node {notice.node}: {notice.reason}" if notice.reason else f"node {notice.node}"
-        return self._signal_name or "another rank"
+        return self._signals.name or "another rank"
 
     def save(self, step: int, state: Any, meta: dict | None = None) -> None:
-        """Checkpoint ``state`` at ``step`` (writer rank only; others return at once). The final
-        checkpoint after a notice is always synchronous, and every rank learns whether it succeeded."""
-        final = self._stopping
-        if self.sharded is not None:
-            from slurm_preempt.job import dcpstate
-
-            self.save_parts(step, dcpstate.writer(state), dcpstate.FORMAT, meta)
+        """Checkpoint ``state`` at ``step`` in the run's format: whole formats on the writer rank only
+        (others return at once), periodic saves in the background when the format says so; sharded on
+        every rank (each writes its part, one commit). The final checkpoint after a notice is always
+        synchronous, and every rank learns whether it succeeded. Raises CheckpointError on every rank
+        when a sharded or final save failed (on the writer rank for a periodic one); the previous
+        checkpoint stays the newest."""
+        fmt = self._format
+        if isinstance(fmt, ShardedFormat):
+            self._save_parts(step, fmt.writer(state), fmt.name, meta)
             return
+        final = self._stopping
         error = None
-        if self.writer:
+        if self._writer:
             try:
-                self._write(step, state, dict(meta or {}), background=self.background and not final)
+                self._write(step, state, dict(meta or {}), background=fmt.background and not final)
             except CheckpointError as exc:
                 error = exc
         if final:
-            failed = self.agreement.agree([int(error is not None)])[0]
+            failed = self._agreement.agree([int(error is not None)])[0]
             if error is None and failed:
                 error = CheckpointError(f"the final checkpoint at step {step} failed on the writer rank")
         if error is not None:
             raise error
-        self.step, self._last_save = step, time.monotonic()
+        self._step, self._last_save = step, time.monotonic()
         self._final_saved = final
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
-        done = self.store.wait()  # surfaces a failed background save
+        done = self._store.wait()  # surfaces a failed background save
         if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
         self._add_meta(meta)
-        found: Checkpoint | None = None
-        if self.torch:
-            found = self.store.save_torch(step, state, meta, background=background)
-        elif background:
-            self.store.save_async(step, state, meta)
-        else:
-            found = self.store.save(step, state, meta)
+        found = self._store.save(step, state, meta, background=background)
         if found is not None:  # a background save is recorded when it is done (next save or wait)
             self._record_saved(found)
 
     def _add_meta(self, meta: dict) -> None:
         meta.update(
-            job_id=self.env.job_id,
+            job_id=self._env.job_id,
             attempt=self.attempt,
             num_nodes=self.nodes,
-            node_list=self.env.node_list,
+            node_list=self._env.node_list,
             handled_events=sorted(self._handled_events | self._current_event()),
         )
 
-    def save_parts(self, step: int, write: Writer, fmt: str = "files", meta: dict | None = None) -> None:
-        """Sharded (``Run(sharded=True)``, every rank calls it): ``write(folder)`` writes this rank's
-        part of checkpoint ``step`` (e.g. Lightning's ``trainer.save_checkpoint``); one commit makes
-        all parts visible; every rank raises CheckpointError if any part failed."""
-        if self.sharded is None:
-            raise CheckpointError("save_parts needs Run(sharded=True)")
+    def _save_parts(self, step: int, write: Writer, fmt: str, meta: dict | None) -> None:
+        """Sharded, every rank: ``write(folder)`` writes this rank's part of checkpoint ``step``; one
+        commit makes all parts visible; every rank raises CheckpointError if any part failed."""
+        assert self._sharded is not None
         final, meta = self._stopping, dict(meta or {})
         self._add_meta(meta)
-        found = self.sharded.save(step, write, meta, fmt=fmt)
-        if self.writer:
+        found = self._sharded.save(step, write, meta, fmt=fmt)
+        if self._writer:
             self._record_saved(found)
-        self.step, self._last_save, self._final_saved = step, time.monotonic(), final
+        self._step, self._last_save, self._final_saved = step, time.monotonic(), final
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
-        self._ledger.record(
-            "checkpoint_saved",
-            step=found.step,
-            path=str(found.path),
-            bytes=found.nbytes,
-            seconds=found.manifest.get("seconds"),
-            final=self._stopping,
-        )
+        self._ledger.checkpoint_saved(found, final=self._stopping)
 
     def _current_event(self) -> set[str]:
         notice = self.notice if self._stopping else None
         return {notice.event_id} if notice is not None and notice.event_id else set()
 
     def wait(self) -> None:
-        """Wait for a background save; raise its error if it failed."""
-        done = self.store.wait()
+        """Wait for a background save; raise CheckpointError if it failed."""
+        done = self._store.wait()
         if done is not None and done.path != self._recorded_path:
             self._record_saved(done)
 
@@ -388,25 +377,26 @@ class Run:
 
     def requeue_and_exit(self, exit_code: int = 0) -> None:
         """Requeue this job (writer rank) and exit ``exit_code``; when Slurm cannot be asked, fall back:
-        exit ``requeue_exit_code`` from the config when set (for sites with ``RequeueExit=``), else wait
-        for the node to go away so Slurm requeues a ``--requeue`` job itself."""
+        exit ``requeue_exit_code`` from the settings when set (for sites with ``RequeueExit=``), else wait
+        for the node to go away so Slurm requeues a ``--requeue`` job itself. Raises SystemExit only
+        (CheckpointError first if a background save failed)."""
         self.wait()
-        self._requeuing = True
-        self._ignore_signals()
-        if not self.writer:
+        self._signals.muted = True
+        self._signals.ignore()
+        if not self._writer:
             sys.exit(exit_code)
-        if not self.env.job_id:
+        if not self._env.job_id:
             log.info(
-                "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self.step, exit_code
+                "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self._step, exit_code
             )
             sys.exit(exit_code)
         from slurm_preempt.job.requeue import fallback_exit, requeue_self
 
-        outcome = requeue_self(self.env, self._ledger, step=self.step, events=self._current_event())
+        outcome = requeue_self(self._env, self._ledger, step=self._step, events=self._current_event())
         if outcome.ok:
             log.info("%s", outcome.message)
             sys.exit(exit_code)
-        fallback_exit(outcome.message, self.requeue_exit_code, self.seconds_left)
+        fallback_exit(outcome.message, self._settings.requeue_exit_code, self.seconds_left)
 
     def close(self, finished: bool = True) -> None:
         """The run is over: wait for a background save, put the signal handlers (and logging) back as
@@ -417,8 +407,8 @@ class Run:
             if finished:
                 self._say_done()
         finally:
-            self.restore_signals()
-            close_agreement = getattr(self.agreement, "close", None)
+            self._signals.restore()
+            close_agreement = getattr(self._agreement, "close", None)
             if close_agreement is not None:
                 close_agreement()
             if self._stop_logging is not None:
@@ -433,8 +423,8 @@ class Run:
 
     def _say_done(self) -> None:
         """Tell the job script that the command finished its work (so a late notice requeues nothing)."""
-        done = self.env.done_file
-        if done is None or not self.writer or self._stopping:
+        done = self._env.done_file
+        if done is None or not self._writer or self._stopping:
             return
         try:
             done.touch()
@@ -450,4 +440,4 @@ def _seconds(text: str | None) -> float | None:
     return value if value and value > 0 else None
 
 
-__all__ = ["Run", "SlurmPreemptError"]
+__all__ = ["Run", "SlurmPreemptError", "Wiring"]

@@ -82,12 +82,13 @@ def from_section(section: Mapping[str, Any], where: str = "the configuration") -
     return ResumeSettings(**values)
 
 
-def load() -> ResumeSettings:
-    """The ``[resume]`` section of the configuration (the defaults when it cannot be read)."""
+def load(environ: Mapping[str, str] | None = None) -> ResumeSettings:
+    """The ``[resume]`` section of the configuration found through ``environ`` (default: this process's
+    environment); the defaults when it cannot be read."""
     from slurm_preempt import config
 
     try:
-        loaded = config.load()
+        loaded = config.load(environ=environ)
         section = loaded.section("resume")
     except Exception as exc:  # a broken config must not stop a job from running
         log.warning("ignoring the configuration: %s", exc)

@@ -88,12 +88,14 @@ def owner_rank(name: str) -> int:
 class ShardedStore:
     """Sharded checkpoints in a checkpoint store folder, written and read by all ranks in step."""
 
-    def __init__(self, directory: Path | str, agreement: Agreement, keep: int = 3):
-        self.store = CheckpointStore(directory, keep=keep)
+    def __init__(
+        self, directory: Path | str, agreement: Agreement, keep: int = 3, owner: Owner | None = None
+    ):
+        self.owner = Owner.current() if owner is None else owner
+        self.store = CheckpointStore(directory, keep=keep, owner=self.owner)
         self.directory = self.store.directory
         self.agreement = agreement
         self.rank, self.world = agreement.rank, agreement.world
-        self.owner = Owner.current()
         self._record: Scratch | None = None  # rank 0's hold on the folder being written
 
     # ------------------------------------------------------------------------------------ saving

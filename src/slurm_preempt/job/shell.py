@@ -15,7 +15,8 @@ from pathlib import Path
 from slurm_preempt.errors import EXIT_SLURM, CheckpointError
 from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore, pid_alive
-from slurm_preempt.job.environment import JobEnv, LedgerWriter, fresh_notice, ledger_writer
+from slurm_preempt.job.environment import JobEnv, fresh_notice
+from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.notice import Notice, deadline, to_text, utcnow
 
 # `resume wait` exit codes (documented in docs/resume.md)
@@ -72,7 +73,7 @@ def latest(checkpoint_dir: Path) -> Checkpoint:
 def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | None = None) -> Checkpoint:
     """Copy ``paths`` into checkpoint ``step`` atomically and record it in the ledger."""
     env = JobEnv.from_environ()
-    ledger = ledger_writer(env)
+    ledger = LedgerWriter.for_job(env)
     store = CheckpointStore(Path(checkpoint_dir).absolute(), keep=keep or job_settings.load().keep)
     handled = _handled(env, ledger, store.latest(verify=False))
     notice = fresh_notice(env, handled)
@@ -86,14 +87,7 @@ def save_paths(checkpoint_dir: Path, step: int, paths: list[Path], keep: int | N
         "handled_events": sorted(handled),
     }
     found = store.save_paths(step, paths, meta)
-    ledger.record(
-        "checkpoint_saved",
-        step=step,
-        path=str(found.path),
-        bytes=found.nbytes,
-        seconds=found.manifest.get("seconds"),
-        final=notice is not None,
-    )
+    ledger.checkpoint_saved(found, final=notice is not None)
     return found
 
 
@@ -119,7 +113,7 @@ def wait_for_notice(
         deadline_after_signal = job_settings.load().deadline_after_signal
     env = JobEnv.from_environ()
     store_latest = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
-    handled = _handled(env, ledger_writer(env), store_latest)
+    handled = _handled(env, LedgerWriter.for_job(env), store_latest)
     got: list[str] = []
     for number in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(number, lambda n, _f: got.append(signal.Signals(n).name))
@@ -142,7 +136,7 @@ def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
     from slurm_preempt.job.requeue import requeue_self
 
     env = JobEnv.from_environ()
-    ledger = ledger_writer(env)
+    ledger = LedgerWriter.for_job(env)
     found = CheckpointStore(checkpoint_dir).latest(verify=False) if checkpoint_dir else None
     # Not _handled(): the final checkpoint just marked this very notice as handled for the next attempt.
     notice = fresh_notice(env, ledger.handled_events())

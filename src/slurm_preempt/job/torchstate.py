@@ -1,4 +1,4 @@
-"""PyTorch state dicts in the checkpoint store (optional: imported only by ``save_torch``/loading).
+"""PyTorch state dicts in the checkpoint store (optional: imported only by ``TorchFormat``, and to load).
 
 A synchronous save streams ``torch.save`` of the live state straight into the durable writer: torch
 hands each tensor's bytes to ``write`` as a view (a GPU tensor is copied to the host one storage at a

@@ -1,2 +1,2 @@
-"""The record of what happened: prolog/epilog hooks (install and check, for admins), and what is read
-from the ledger afterwards (history, report, timeline)."""
+"""The record of what happened, read from the ledger afterwards: history, report, timeline. (The hooks
+that write it are installed and checked by ``slurm_preempt.admin``.)"""

@@ -2,10 +2,11 @@
 
 ``testcluster up --accounting`` starts, before slurmctld, a private ``mariadbd`` (its own data folder,
 socket and port, root inside the sandbox) and ``slurmdbd`` talking to it, registers the cluster with
-``sacctmgr``, and points slurm.conf at slurmdbd, so ``sacct -D`` answers for real. Debian packages:
-``mariadb-server`` and ``slurmdbd`` (scripts/install-slurm.sh installs them with WITH_ACCOUNTING=1).
-The plain cluster does not pay for any of this. With another Slurm release (``versions``), slurmdbd and
-sacctmgr are that release's (slurmdbd must be at least as new as slurmctld); MariaDB is the host's.
+``sacctmgr`` (``Slurm.add_cluster``), and points slurm.conf at slurmdbd, so ``sacct -D`` answers for
+real. Debian packages: ``mariadb-server`` and ``slurmdbd`` (scripts/install-slurm.sh installs them with
+WITH_ACCOUNTING=1). The plain cluster does not pay for any of this. With another Slurm release
+(``versions``), slurmdbd and sacctmgr are that release's (slurmdbd must be at least as new as
+slurmctld); MariaDB is the host's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, MissingDependencyError
 from slurm_preempt.rehearsal import procs, versions
 from slurm_preempt.rehearsal.procs import Started
+from slurm_preempt.slurm.commands import Slurm
 
 if TYPE_CHECKING:  # clusterspec renders slurm.conf with conf_lines() below
     from slurm_preempt.rehearsal.clusterspec import ClusterSpec
@@ -122,8 +124,8 @@ def start(spec: ClusterSpec, env: dict[str, str]) -> list[Started]:
     if not procs.wait_until(lambda: _listening(dbd_port), 30, 0.2):
         raise ClusterError(f"slurmdbd did not listen on port {dbd_port}; see {d}/log/slurmdbd.log")
     clients = {**env, **versions.client_env(spec.slurm, d, env.get("PATH", procs.SYSTEM_PATH))}
-    register = ["sacctmgr", "-i", "add", "cluster", spec.name]
-    _run(register, d / "log" / "sacctmgr.log", clients, ok_codes=(0, 1))
+    if Slurm(env=clients).add_cluster(spec.name):
+        log.info("registered cluster %s with slurmdbd", spec.name)
     return started
 
 
@@ -161,8 +163,9 @@ def _listening(port: int) -> bool:
         return False
 
 
-def _run(argv: list[str], log: Path, env: dict[str, str] | None = None, ok_codes=(0,)) -> None:
+def _run(argv: list[str], log: Path) -> None:
+    """MariaDB's own tools (not Slurm's: those go through slurm.commands), their output to ``log``."""
     with open(log, "ab") as out:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, check=False, timeout=60)
-    if done.returncode not in ok_codes:
+        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=60)
+    if done.returncode != 0:
         raise ClusterError(f"`{' '.join(argv[:3])} ...` failed (exit {done.returncode}); see {log}")

@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_preempt.admin import hooks
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, UsageError
-from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, versions
 from slurm_preempt.rehearsal.procs import Started
+from slurm_preempt.slurm.commands import Slurm
 
 DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
 DEFAULT_PORT = 17100
@@ -38,7 +39,7 @@ class ClusterSpec:
     name: str = "sptest"
     kill_wait: int = 5  # seconds from SIGTERM to SIGKILL (Slurm's default is 30)
     extra_conf: tuple[str, ...] = ()  # lines appended to slurm.conf (hooks, accounting)
-    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.records.hooks)
+    hooks: bool = False  # install the prolog/epilog hooks under <dir>/etc (slurm_preempt.admin.hooks)
     accounting: bool = False  # run MariaDB + slurmdbd (slurm_preempt.rehearsal.accounting) so sacct answers
     slurm: str = versions.SYSTEM  # which Slurm release runs it (rehearsal.versions.RELEASES)
 
@@ -110,6 +111,12 @@ class ClusterState:
             "SLURM_PREEMPT_STATE_DIR": str(self.spec.state_dir),
             **client,
         }
+
+    def slurm(self, timeout: float = 10.0) -> Slurm:
+        """The Slurm client of this cluster: its commands, pointed at it by ``env()``. Stateless, so
+        cheap; ``timeout`` short by default, since a test cluster's controller answers at once or not
+        at all."""
+        return Slurm(env={**os.environ, **self.env()}, timeout=timeout)
 
 
 def render_conf(spec: ClusterSpec, first_job_id: int, release_lines: Sequence[str] = ()) -> str:

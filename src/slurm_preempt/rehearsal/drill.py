@@ -336,3 +336,29 @@ def summary(events: list[DrillEvent]) -> dict:
         "saved_by_notice": len(saved),
         "median_seconds_to_running_again": sorted(back)[len(back) // 2] if back else None,
     }
+
+
+def drill_text(events: list[DrillEvent]) -> str:
+    """What ``slurm-preempt drill`` prints: each event, each job it hit and its verdict, the summary."""
+    lines = []
+    for event in (e.to_json() for e in events):
+        lines.append(
+            f"{','.join(event['nodes'])}: drained {event['drained_at']}, "
+            f"removed {event['removed_at']}, back {event['back_at']}"
+        )
+        for job in event["jobs"]:
+            lines.append(
+                f"  job {job['job_id']}: notified {job['notified_at'] or '-'}, final checkpoint "
+                f"{job['final_checkpoint_at'] or '-'}, left {job['left_at'] or '-'}, requeued "
+                f"{job['requeued_at'] or '-'}, running again {job['running_again_at'] or '-'} on "
+                f"{','.join(job['where']) or '-'}"
+            )
+            lines.append(f"    {job['verdict']}")
+    totals = summary(events)
+    median = totals["median_seconds_to_running_again"]
+    lines.append(
+        f"summary: {totals['events']} event(s), {totals['jobs_hit']} job(s) hit, "
+        f"{totals['saved_by_notice']} saved by the notice"
+        + (f", median {median:.1f} s from leaving to running again" if median is not None else "")
+    )
+    return "\n".join(lines) + "\n"

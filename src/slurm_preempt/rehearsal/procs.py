@@ -1,7 +1,8 @@
 """Processes the local test cluster starts, finds and stops (psutil; never ``kill`` by name alone).
 
-A started process is remembered by pid *and* the clock tick it started at, so a recycled pid is never
-mistaken for one of ours. Zombies count as stopped: on machines whose PID 1 does not reap (containers,
+A started process is remembered by pid *and* the clock tick it started at (``procinfo``: not psutil's
+wall-clock ``create_time()``, which a clock step moves), so a recycled pid is never mistaken for one of
+ours. Zombies count as stopped: on machines whose PID 1 does not reap (containers,
 sandboxes) a killed daemon lingers as a zombie that holds no port, no file and no CPU.
 """
 
@@ -16,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+
+from slurm_preempt import procinfo
 
 # Daemons live in sbin, which a user's PATH (or sudo's) may lack.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -55,9 +58,9 @@ class Started:
         try:
             proc = psutil.Process(self.pid)
             if self.start_ticks is not None:
-                if start_ticks(self.pid) != self.start_ticks:
+                if procinfo.start_ticks(self.pid) != self.start_ticks:
                     return None
-            elif abs(proc.create_time() - self.create_time) > 1.5:  # see start_ticks: a step moves it
+            elif abs(proc.create_time() - self.create_time) > 1.5:  # a clock step moves it (procinfo)
                 return None
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -68,26 +71,6 @@ class Started:
     @property
     def alive(self) -> bool:
         return self.process() is not None
-
-
-def start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/PID/stat``).
-
-    Not psutil's ``create_time()``: that adds ``btime`` from ``/proc/stat``, which the kernel derives
-    from the wall clock at every read, so a clock step (time sync, a VM resumed from a snapshot) moves
-    every process's creation time by whole seconds and a live daemon looks like a stranger.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            stat = stat_file.read()
-    except OSError:
-        return None
-    # Field 2 (the command name, in parentheses) may itself hold spaces and ")": count after the last ")".
-    after_name = stat[stat.rfind(b")") + 1 :].split()
-    try:
-        return int(after_name[19])  # fields 3, 4, ... 22
-    except (IndexError, ValueError):
-        return None
 
 
 def start(role: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Started:
@@ -103,7 +86,7 @@ def start(role: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path
             close_fds=True,
         )
     created = psutil.Process(proc.pid).create_time()
-    return Started(role, proc.pid, created, tuple(argv), start_ticks(proc.pid))
+    return Started(role, proc.pid, created, tuple(argv), procinfo.start_ticks(proc.pid))
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:

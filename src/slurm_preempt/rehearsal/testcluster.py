@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from slurm_preempt.admin import hooks
 from slurm_preempt.durable import write_atomic
 from slurm_preempt.errors import ClusterError, SlurmError, UsageError
-from slurm_preempt.records import hooks
 from slurm_preempt.rehearsal import accounting, procs, versions
 from slurm_preempt.rehearsal.clusterspec import (
     DEFAULT_DIR,
@@ -180,7 +180,7 @@ def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
         slurmctld = runtime.daemon_argv("slurmctld", ["-D"], [d])
         state.processes.append(procs.start("slurmctld", slurmctld, env, d / "log" / "slurmctld.out"))
         save_state(state)
-        slurm = Slurm(env={**os.environ, **state.env()}, timeout=10)
+        slurm = state.slurm()
         _await(slurm.ping, 30, "slurmctld did not answer", state)
         log.info("starting %d slurmd: %s", len(spec.node_names), ", ".join(spec.node_names))
         for name in spec.node_names:
@@ -243,11 +243,11 @@ def down(directory: Path = DEFAULT_DIR) -> int:
 
 
 def _cancel_jobs(state: ClusterState) -> None:
-    slurm = Slurm(env={**os.environ, **state.env()}, timeout=10)
+    slurm = state.slurm()
     try:
         ids = [j.job_id for j in slurm.jobs()]
         if ids:
-            slurm.run(["scancel", *ids])
+            slurm.cancel_many(ids)
             procs.wait_until(lambda: not slurm.jobs(states="running,completing"), 10, 0.3)
     except SlurmError:  # a dead controller must not stop us from stopping the rest
         log.debug("cannot cancel the jobs left on the cluster", exc_info=True)
@@ -297,7 +297,7 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
         steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
         killed += procs.kill_now(steps) + procs.kill_now(procs.in_mount_namespaces(namespaces))
         time.sleep(0.2)
-    Slurm(env={**os.environ, **state.env()}).set_down([name], reason)
+    state.slurm(timeout=30).set_down([name], reason)
     return killed
 
 
@@ -314,7 +314,7 @@ def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
         state.processes = [p for p in state.processes if p.role != role]
         state.processes.append(_start_slurmd(state, name, _daemon_env(state.spec)))
         save_state(state)
-    slurm = Slurm(env={**os.environ, **state.env()})
+    slurm = state.slurm(timeout=30)
 
     def back() -> bool:
         node = next(iter(slurm.nodes([name])), None)
@@ -339,7 +339,7 @@ def status(directory: Path) -> dict:
     running = bool(state.processes) and all(p["alive"] for p in processes)
     if any(p["role"] == "slurmctld" and p["alive"] for p in processes):
         try:
-            found = Slurm(env={**os.environ, **state.env()}, timeout=10).nodes()
+            found = state.slurm().nodes()
             nodes = [
                 {
                     "name": n.name,
@@ -367,7 +367,7 @@ def status(directory: Path) -> dict:
 def _version(state: ClusterState) -> str | None:
     """What the cluster's own ``sinfo --version`` says (``slurm-wlm 24.11.5``)."""
     try:
-        return Slurm(env={**os.environ, **state.env()}, timeout=10).run(["sinfo", "--version"]).strip()
+        return state.slurm().run(["sinfo", "--version"]).strip()
     except SlurmError:
         log.debug("sinfo --version failed", exc_info=True)
         return None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.ext
 
 from slurm_preempt import __version__
 from slurm_preempt.config import DEFAULT_STATE_DIR, Config
@@ -207,108 +208,59 @@ def test_only(path: Path, slurm: Slurm | None = None) -> str:
 
 # ------------------------------------------------------------------------------------------ explain
 
+EXPLAIN_TEMPLATE = "explain.txt.j2"
+_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
+_TAG_LINE = re.compile(r"\{%.*%\}")
+
 
 def explain(spec: JobSpec) -> str:
-    """What the script does, in plain words, for the options given."""
-    notice = spec.notice_signal
-    forward = f"SIG{spec.forward_signal}" if spec.forward_signal else "no signal (it reads the notice file)"
-    resume = " ".join(spec.resume_flags) or "(no resume flag: give --resume-flag)"
-    watcher = "cluster daemon, or the sidecar this script starts" if spec.sidecar else "cluster daemon"
-    where = f"nodes with the feature '{spec.constraint}'" if spec.constraint else "any node (--standard)"
-    logs = (
-        f"each attempt writes a log of its own ({spec.output}: Slurm puts the restart count in place of %r)"
-        if spec.per_attempt_logs
-        else f"--open-mode=append: every attempt writes to the same log ({spec.output})"
+    """What the script does, in plain words, for the options given (``templates/explain.txt.j2``)."""
+    text = (
+        _prose_environment()
+        .get_template(EXPLAIN_TEMPLATE)
+        .render(spec=spec, command_line=shlex.join(spec.command))
     )
-    paras = [
-        f"Job {spec.job_name!r} runs `{shlex.join(spec.command)}` on {where}, with --requeue and "
-        f"{logs}, each labelled 'slurm-preempt: attempt N (restart R) on NODE at TIME'.",
-        "At a drain: Slurm itself tells the job nothing. "
-        + (
-            f"The slurm-preempt watcher ({watcher}) "
-            f"writes a notice to $SLURM_PREEMPT_NOTICE and sends SIG{notice} to the batch shell, which "
-            f"passes {forward} on to the command. "
-            if notice
-            else "The watcher writes a notice to $SLURM_PREEMPT_NOTICE but sends no signal "
-            "(--notice-signal none): the command must watch that file. "
-        )
-        + "When the command exits after a notice, the script requeues the job (scontrol requeue) and "
-        "exits 0, so the attempt is recorded as requeued, not completed; unless the command exited 0 "
-        "and created $SLURM_PREEMPT_DONE_FILE (as Run.close() of the resume library does) to say its "
-        "work was done before the notice reached it.",
-        "At removal (the node vanishes before the command is done): the job ends NODE_FAIL and Slurm "
-        "requeues it because of --requeue; work since the last checkpoint is lost. "
-        + (
-            "Slurm holds a requeued job ~2 minutes; the watcher releases it at once (fast restart)."
-            if spec.optin.fast_restart
-            else "Fast restart is off: the job waits Slurm's ~2 minute hold."
-        ),
-        f"On restart: SLURM_RESTART_COUNT > 0 or a non-empty checkpoint folder ({spec.checkpoint_dir}"
-        f"{'/task-N' if spec.template == 'array' else ''}) sets SLURM_PREEMPT_RESTART=1 and appends "
-        f"{resume} to the command. The command also gets SLURM_PREEMPT_CHECKPOINT_DIR, "
-        "SLURM_PREEMPT_ATTEMPT and SLURM_PREEMPT_NOTICE.",
-    ]
-    if spec.timelimit_notice:
-        paras.append(
-            f"At the time limit: Slurm sends SIG{spec.timelimit_signal} {spec.timelimit_notice} s before "
-            f"--time runs out; the script treats it as a notice (final checkpoint, requeue), so the run "
-            "can go on past the partition's MaxTime. Slurm checks about every 30 s, so the warning may come "
-            "up to a minute late: leave room for a checkpoint plus a minute."
-        )
-    else:
-        paras.append("At the time limit: the job is killed (no --timelimit-notice given), not requeued.")
-    paras.append(
-        f"On SIGTERM to the batch shell (scancel, a site's own preemption): it passes "
-        f"SIG{spec.forward_signal or 'TERM'} on, waits for the command and exits with its status. "
-        "When Slurm signals the whole job (scontrol requeue, scancel, time limit), the command gets "
-        "SIGTERM from Slurm too: a handler that sets a flag takes both in its stride."
-    )
-    fallback = []
-    if spec.optin.fallback_after:
-        fallback.append(f"after {spec.optin.fallback_after} preemptions")
-    if spec.optin.fallback_pending:
-        fallback.append(f"after {spec.optin.fallback_pending:g} s pending")
-    if fallback:
-        paras.append(
-            f"Fallback: the watcher moves the pending job to '{spec.optin.fallback_to}' nodes "
-            f"{' or '.join(fallback)}."
-        )
-    if spec.template == "array":
-        paras.append(
-            "Array: each task has its own log, checkpoint folder and restart count; a notice requeues "
-            "only that task (its own SLURM_JOB_ID), never the whole array."
-        )
-    paras.append(_signal_paths(spec))
-    if spec.template == "torchrun":
-        paras.append(_torchrun_words(spec))
-    return "\n\n".join(paras) + "\n"
+    return text.removesuffix("\n")  # every paragraph ends with a blank line; the text with one newline
 
 
-def _signal_paths(spec: JobSpec) -> str:
-    forward = f"SIG{spec.forward_signal or 'TERM'}"
-    return (
-        f"How {forward} reaches the command: its own processes get it directly, except srun, which "
-        "answers SIGTERM by killing its step at once; every srun step gets it through Slurm "
-        f"(scancel --signal={forward[3:]} JOB.STEP), which signals each process of the step on every node "
-        "while srun waits for the tasks to end by themselves. If the command exits while an srun it "
-        f"started still runs (a wrapper script), the script waits for that srun, at most {spec.grace} s, "
-        "before it requeues the job."
-    )
+class _Prose(jinja2.ext.Extension):
+    """Text templates written as prose (``prose_source``), so a paragraph need not be one long line."""
+
+    def preprocess(self, source: str, name: str | None, filename: str | None = None) -> str:
+        return prose_source(source)
 
 
-def _torchrun_words(spec: JobSpec) -> str:
-    words = (
-        f"torchrun: every attempt rendezvouses on the first node of its allocation (its NodeAddr), "
-        f"port {spec.rdzv_port}, with --nnodes set to the nodes actually allocated. Its agent passes "
-        f"SIGTERM on to the workers and kills them {spec.grace} s later (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; "
-        "torchrun before PyTorch PR 172596 (2026) always after 30 s); it ignores USR1 and USR2, which "
-        "reach the workers from Slurm."
+def prose_source(source: str) -> str:
+    """Template source as prose: comments dropped; the lines of a paragraph (a blank line ends one)
+    joined with one space, a line holding only a tag without one, and no space before a paragraph's
+    first words; a paragraph with words ends with a blank line. A paragraph a condition may leave out
+    therefore stands between tag lines that are paragraphs of their own. Applied to the source only:
+    values rendered into it keep their own newlines."""
+    paragraphs = re.split(r"\n[ \t]*\n", _COMMENT.sub("", source))
+    return "".join(_prose_paragraph(p.splitlines()) for p in paragraphs)
+
+
+def _prose_paragraph(raw_lines: list[str]) -> str:
+    out, words = "", False
+    for line in (raw.strip() for raw in raw_lines):
+        if not line:
+            continue
+        if _TAG_LINE.fullmatch(line):
+            out += line
+        else:
+            out += (" " if words else "") + line
+            words = True
+    return out + "\n\n" if words else out
+
+
+@functools.lru_cache(maxsize=1)
+def _prose_environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - plain text for a terminal
+        keep_trailing_newline=True,
+        extensions=[_Prose],
     )
-    if spec.torchrun_no_python:
-        words += (
-            f" The command starts with a Python interpreter ({spec.command[0]}): torchrun would run its "
-            "own Python with that binary as the script, so the script passes --no-python and torchrun "
-            f"runs `{shlex.join(spec.command)}` as given (without the -u torchrun adds: "
-            "--env PYTHONUNBUFFERED=1 for unbuffered logs)."
-        )
-    return words
+    env.filters["repr"] = repr
+    return env

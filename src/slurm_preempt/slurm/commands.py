@@ -25,8 +25,7 @@ from pathlib import Path
 
 from slurm_preempt import ids
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError, UsageError
-from slurm_preempt.slurm import parse as slurmdata
-from slurm_preempt.slurm import sacct
+from slurm_preempt.slurm import parse, sacct
 from slurm_preempt.slurm.parse import Job, Node
 from slurm_preempt.slurm.sacct import AcctRecord
 
@@ -47,12 +46,20 @@ def _no_version(argv: list[str], returncode: int | None, stderr: str) -> SlurmEr
     return error
 
 
-# Slurm's words for "that job is gone", across 22.05 and 24.11.
+# Slurm's words for "that job is gone" (its error strings for ESLURM_INVALID_JOB_ID, ESLURM_JOB_FINISHED
+# and ESLURM_ALREADY_DONE), across 22.05, 24.11 and 26.05: scontrol prints them alone ("Invalid job id
+# specified for job 12"), scancel after the job ("Kill job error on job id 12: Invalid job id specified").
 _GONE_MARKERS = (
     "Invalid job id specified",
     "Job has already finished",
     "Job/step already completing",
 )
+
+
+def job_gone(complaint: str) -> bool:
+    """True when Slurm's complaint (stderr, or one line of it) says the job named has ended or never
+    existed: nothing to act on any more, rather than an act that failed."""
+    return any(marker in complaint for marker in _GONE_MARKERS)
 
 
 @dataclass
@@ -84,7 +91,7 @@ class Slurm:
                 input=None if input_text is None else input_text.encode(),
                 capture_output=True,
                 timeout=limit,
-                env={**base, **slurmdata.TIME_FORMAT_ENV},
+                env={**base, **parse.TIME_FORMAT_ENV},
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -93,7 +100,7 @@ class Slurm:
             raise SlurmError(argv, None, str(exc)) from None
         stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
-            if any(marker in stderr for marker in _GONE_MARKERS):
+            if job_gone(stderr):
                 raise JobGoneError(argv, proc.returncode, stderr)
             raise SlurmError(argv, proc.returncode, stderr)
         return proc.stdout
@@ -113,7 +120,7 @@ class Slurm:
         named = env.get("SLURM_CONF")
         if named is None or os.path.isfile(named):
             try:
-                return slurmdata.parse_version(self.run(["sinfo", "--version"]))
+                return parse.parse_version(self.run(["sinfo", "--version"]))
             except SlurmNotFoundError:
                 raise
             except (SlurmError, ValueError):
@@ -124,7 +131,7 @@ class Slurm:
             probe = Slurm(timeout=self.timeout, env={**env, "SLURM_CONF": str(conf)})
             argv = ["sinfo", "--version"]
             try:
-                return slurmdata.parse_version(probe.run(argv))
+                return parse.parse_version(probe.run(argv))
             except SlurmNotFoundError:
                 raise
             except SlurmError as exc:
@@ -134,13 +141,13 @@ class Slurm:
 
     def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
         """All nodes (or ``names``), in one ``sinfo`` call whatever the cluster size."""
-        fields = slurmdata.format_arg(slurmdata.NODE_FIELDS, slurmdata.NODE_TEXT_FIELDS)
+        fields = parse.format_arg(parse.NODE_FIELDS, parse.NODE_TEXT_FIELDS)
         argv = ["sinfo", "-h", "-N", "-O", fields]
         if names:
             argv += ["-n", _nodes(names)]
         if states:
             argv += ["-t", states]
-        return slurmdata.parse_nodes(self.run_bytes(argv))
+        return parse.parse_nodes(self.run_bytes(argv))
 
     def jobs(
         self,
@@ -150,7 +157,7 @@ class Slurm:
         user: str | None = None,
     ) -> list[Job]:
         """Jobs filtered by ids, nodes, states and user, in one ``squeue`` call."""
-        argv = ["squeue", "-h", "-O", slurmdata.format_arg(slurmdata.JOB_FIELDS, slurmdata.JOB_TEXT_FIELDS)]
+        argv = ["squeue", "-h", "-O", parse.format_arg(parse.JOB_FIELDS, parse.JOB_TEXT_FIELDS)]
         wanted = _job_names(job_ids or [])
         if wanted:
             argv += ["-j", ",".join(wanted)]
@@ -161,7 +168,7 @@ class Slurm:
         if user:
             argv += ["-u", user]
         try:
-            return slurmdata.parse_jobs(self.run_bytes(argv))
+            return parse.parse_jobs(self.run_bytes(argv))
         except JobGoneError:
             # squeue -j with only ended ids exits 1 on 22.05; "no such job" is an empty answer.
             return []
@@ -192,7 +199,7 @@ class Slurm:
                 # --test-only answers on stderr, and exits 0 only when the job could run.
                 raise SlurmError(argv, exc.returncode, exc.stderr) from None
             return "ok"
-        return slurmdata.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
+        return parse.parse_submitted(self.run(["sbatch", "--parsable", *extra_args, script_path]))
 
     def signal(self, job_id: str, signal: str, *, batch_only: bool = False, full: bool = False) -> None:
         """``scancel --signal``: the only way slurm-preempt signals a job (never a PID from a file)."""
@@ -218,6 +225,12 @@ class Slurm:
 
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", *_job_names([job_id])])
+
+    def cancel_many(self, job_ids: Sequence[str]) -> None:
+        """One ``scancel`` for many jobs (a cluster's teardown). Without ``--signal`` scancel says
+        nothing about a job that already ended, and exits 0."""
+        if job_ids:
+            self.run(["scancel", *_job_names(job_ids)])
 
     def requeue(self, job_id: str) -> None:
         """Requeue one job, or one array task named ``A_T``.
@@ -260,7 +273,19 @@ class Slurm:
 
     def config(self) -> dict[str, str]:
         """The running controller's configuration (``scontrol show config``): key -> value text."""
-        return slurmdata.parse_config(self.run(["scontrol", "show", "config"]))
+        return parse.parse_config(self.run(["scontrol", "show", "config"]))
+
+    def add_cluster(self, name: str, timeout: float = 60.0) -> bool:
+        """Register cluster ``name`` with slurmdbd (``sacctmgr -i add cluster``); False when it already
+        was. Asked first: sacctmgr refuses a cluster it knows with exit 1, saying so on stdout only."""
+        if not _CLUSTER_NAME.fullmatch(name):
+            raise UsageError(f"not a Slurm cluster name: {ids.shorten(name)}")
+        argv = ["sacctmgr", "-n", "-P", "show", "cluster", "where", f"name={name}", "format=cluster"]
+        known = self.run(argv, timeout=timeout)
+        if name in known.split():
+            return False
+        self.run(["sacctmgr", "-i", "add", "cluster", name], timeout=timeout)
+        return True
 
     def ping(self) -> bool:
         """True when the controller answers."""
@@ -285,11 +310,12 @@ def _job_names(job_ids: Iterable[str]) -> list[str]:
 
 def _nodes(names: Iterable[str]) -> str:
     try:
-        return slurmdata.compress_nodes(names)
+        return parse.compress_nodes(names)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
+_CLUSTER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")  # slurm.conf's ClusterName, as Slurm lowercases it
 _VALUE = re.compile(r"[A-Za-z0-9_.:&|\[\]*()!,+-]{1,256}")
 
 

@@ -2,7 +2,8 @@
 
 ``slurm_preempt.slurm.commands.Slurm`` satisfies it by running the real commands; the unit tests plug
 in an in-memory fake (tests/fakeslurm.py) to check the watcher's decisions without a cluster. Anything
-that is not here is not used by the watcher: a new call must be added here, to ``Slurm`` and to the fake.
+that is not here is not used by the watcher: a new call must be added here, to ``Slurm`` and to the fake
+(mypy checks the fake against this protocol: tests/fakeslurm.py is in its files).
 
 Implementations may be called from several threads at once (the watcher signals jobs in chunks side by
 side), so they keep no per-call state.

@@ -24,18 +24,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurm_preempt import procinfo
 from slurm_preempt.durable import write_atomic
 
 log = logging.getLogger(__name__)
 
 
 def _process_start(pid: int) -> str | None:
-    """The start time of a process (clock ticks since boot, /proc/PID/stat field 22); None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rsplit(")", 1)[-1].split()[19]
+    """The start tick of a process as the lease file holds it (decimal text); None if unknown."""
+    ticks = procinfo.start_ticks(pid)
+    return None if ticks is None else str(ticks)
 
 
 class Lease:
@@ -141,7 +139,7 @@ class Lease:
         """The holder ran on this host and its process is gone (or the pid is another process now)."""
         if data.get("host") != self.host or not isinstance(data.get("pid"), int):
             return False
-        if _process_start(os.getpid()) is None:  # no /proc here: cannot tell, wait for the ttl
+        if not procinfo.available():  # no /proc here: cannot tell, wait for the ttl
             return False
         now = _process_start(data["pid"])
         return now is None or now != data.get("start", now)

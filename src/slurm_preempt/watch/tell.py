@@ -21,6 +21,7 @@ from pathlib import Path
 
 from slurm_preempt import ledger, optin
 from slurm_preempt.notice import Notice, notice_path, read_notice, to_text, write_notice
+from slurm_preempt.slurm.commands import job_gone
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch.actions import Context
 from slurm_preempt.watch.outbox import Batch, Item, Outbox
@@ -31,7 +32,6 @@ log = logging.getLogger(__name__)
 
 # scancel names each job it could not signal: "scancel: error: Kill job error on job id 12: <why>".
 _SCANCEL_FAILED = re.compile(r"job id (\d+(?:_\d+)?)\S*:?\s*(.*)")
-_GONE_WORDS = ("Invalid job id", "already finished", "already completing")
 BATCHES = 4  # scancel batches side by side
 LEAST = 8  # jobs per batch at least
 
@@ -229,7 +229,7 @@ def confirm(ctx: Context, batches: list[Batch], records: dict[tuple[str, str], P
             why = failed.get(item.display_id, failed.get(item.job_id)) if failed is not None else batch.error
             key = (item.job_id, item.event_id)
             record = records[key] if key in records else _lookup(ctx, item)
-            if why and not any(word in why for word in _GONE_WORDS):
+            if why and not job_gone(why):
                 log.warning("job %s: signal %s failed, will retry: %s", item.job_id, batch.signal, why)
                 _take_back(record)
                 retry.append(item)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
+from slurm_preempt.admin.hooks import Finding
 from slurm_preempt.errors import SlurmError
-from slurm_preempt.records.hooks import Finding
 from slurm_preempt.slurm import features
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import parse_version, scheduler_parameters

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from slurm_preempt import ids
 from slurm_preempt.errors import SlurmError, UsageError
-from slurm_preempt.slurm import parse as slurmdata
+from slurm_preempt.slurm import parse
 
 UTC = timezone.utc
 DATA = Path(__file__).parent / "data"
@@ -28,7 +28,7 @@ def at(epoch: int) -> datetime:
 
 
 def test_nodes_draining_and_down(data_dir):
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin"))}
+    nodes = {n.name: n for n in parse.parse_nodes(read(data_dir, "sinfo_nodes.bin"))}
     assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
     pre1 = nodes["pre1"]
     assert pre1.state == "ALLOCATED" and pre1.flags == {"DRAIN"}
@@ -46,7 +46,7 @@ def test_nodes_draining_and_down(data_dir):
 
 
 def test_jobs_running(data_dir):
-    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_running.bin"))
+    jobs = parse.parse_jobs(read(data_dir, "squeue_jobs_running.bin"))
     by_id = {j.job_id: j for j in jobs}
     train = by_id["28070461"]
     assert train.running and train.nodes == ("pre1",) and train.restart_count == 0
@@ -63,7 +63,7 @@ def test_jobs_running(data_dir):
 
 
 def test_jobs_requeued_pending_begintime(data_dir):
-    jobs = {j.job_id: j for j in slurmdata.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin"))}
+    jobs = {j.job_id: j for j in parse.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin"))}
     train = jobs["28070461"]
     assert train.pending and train.reason == "BeginTime" and train.restart_count == 1
     assert train.nodes == ()
@@ -79,9 +79,9 @@ def test_times_are_epoch_seconds_whatever_the_hosts_zone(data_dir, monkeypatch):
     for zone in ("UTC", "America/Los_Angeles", "Asia/Kolkata"):
         monkeypatch.setenv("TZ", zone)
         time.tzset()
-        node = next(n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin")) if n.name == "pre1")
+        node = next(n for n in parse.parse_nodes(read(data_dir, "sinfo_nodes.bin")) if n.name == "pre1")
         assert node.reason_time == at(1796139097)
-        assert slurmdata.parse_time("2026-12-01T06:13:40") == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
+        assert parse.parse_time("2026-12-01T06:13:40") == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
     monkeypatch.delenv("TZ")
     time.tzset()
 
@@ -98,38 +98,38 @@ def test_times_are_epoch_seconds_whatever_the_hosts_zone(data_dir, monkeypatch):
     ],
 )
 def test_parse_state(text, state, flags):
-    assert slurmdata.parse_state(text) == (state, frozenset(flags))
+    assert parse.parse_state(text) == (state, frozenset(flags))
 
 
 def test_hostlists():
-    assert slurmdata.expand_nodes("pre[1-4],std1") == ["pre1", "pre2", "pre3", "pre4", "std1"]
-    assert slurmdata.expand_nodes("gpu-preemptible-dp[01-03]") == [
+    assert parse.expand_nodes("pre[1-4],std1") == ["pre1", "pre2", "pre3", "pre4", "std1"]
+    assert parse.expand_nodes("gpu-preemptible-dp[01-03]") == [
         "gpu-preemptible-dp01",
         "gpu-preemptible-dp02",
         "gpu-preemptible-dp03",
     ]
-    assert slurmdata.expand_nodes("(null)") == []
-    assert slurmdata.compress_nodes(["pre1", "pre2", "pre3", "std1"]) == "pre[1-3],std1"
+    assert parse.expand_nodes("(null)") == []
+    assert parse.compress_nodes(["pre1", "pre2", "pre3", "std1"]) == "pre[1-3],std1"
     with pytest.raises(UsageError):
-        slurmdata.expand_nodes("pre[1-")
+        parse.expand_nodes("pre[1-")
 
 
 @given(st.sets(st.integers(0, 500), min_size=1, max_size=40))
 def test_hostlist_roundtrip(numbers):
     names = [f"node{n:03d}" for n in sorted(numbers)]
-    assert slurmdata.expand_nodes(slurmdata.compress_nodes(names)) == names
+    assert parse.expand_nodes(parse.compress_nodes(names)) == names
 
 
 def test_times_and_versions(data_dir):
-    assert slurmdata.parse_time("Unknown") is None
-    assert slurmdata.parse_time("1796138900") == at(1796138900)
-    assert slurmdata.parse_time("9" * 5000) is None and slurmdata.parse_time("²") is None
-    assert slurmdata.parse_time("2026-12-01T06:13:40", UTC) == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
-    assert slurmdata.parse_version(read(data_dir, "version.txt").decode()) == (22, 5)
-    assert slurmdata.parse_version("slurm-wlm 24.11.5") == (24, 11)
-    assert slurmdata.parse_submitted("1234;cluster\n") == "1234"
+    assert parse.parse_time("Unknown") is None
+    assert parse.parse_time("1796138900") == at(1796138900)
+    assert parse.parse_time("9" * 5000) is None and parse.parse_time("²") is None
+    assert parse.parse_time("2026-12-01T06:13:40", UTC) == datetime(2026, 12, 1, 6, 13, 40, tzinfo=UTC)
+    assert parse.parse_version(read(data_dir, "version.txt").decode()) == (22, 5)
+    assert parse.parse_version("slurm-wlm 24.11.5") == (24, 11)
+    assert parse.parse_submitted("1234;cluster\n") == "1234"
     with pytest.raises(ValueError):
-        slurmdata.parse_submitted("sbatch: error")
+        parse.parse_submitted("sbatch: error")
 
 
 # ---------------------------------------------------------------------------------------- hostile bytes
@@ -141,7 +141,7 @@ def test_hostile_names_and_comments_captured_from_slurm_stay_data(data_dir):
     """Findings 1 and 2 on real squeue output: another user's job names and comments hold newlines,
     separators, a forged record naming the victim's job on pre1, invalid UTF-8 and the characters
     str.splitlines() breaks at. Exactly the three real jobs come out, each with its own fields."""
-    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin"))
+    jobs = parse.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin"))
     assert [(j.job_id, j.user, j.nodes) for j in jobs] == [
         (VICTIM, "sp-alice", ("pre2",)),
         ("28070467", "sp-mallory", ("pre1",)),
@@ -154,7 +154,7 @@ def test_hostile_names_and_comments_captured_from_slurm_stay_data(data_dir):
 
 
 def test_hostile_drain_reason_stays_data(data_dir):
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin"))}
+    nodes = {n.name: n for n in parse.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin"))}
     assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
     assert nodes["pre2"].drain and not nodes["pre3"].drain  # the reason's forged pre3 line is text
     assert nodes["pre2"].reason.startswith("Together\npre3\x1fidle+drain")
@@ -167,10 +167,10 @@ ANY_BYTES = st.binary(max_size=700)
 def _squeue_record(job_id: str, nodes: str, user: str, texts: list[bytes]) -> bytes:
     """One record as squeue prints it for format_arg(JOB_FIELDS, JOB_TEXT_FIELDS): Slurm's fields each
     followed by the separator, then each text field cut or space-padded to its width (no NUL: C)."""
-    sep = slurmdata.SEP.encode()
+    sep = parse.SEP.encode()
     head = [job_id, job_id, "N/A", "RUNNING", nodes, "0", user, "batch", "1", "1796139096", "1", "1"]
     out = b"".join(field.encode() + sep for field in head)
-    for (_name, width), text in zip(slurmdata.JOB_TEXT_FIELDS, texts, strict=True):
+    for (_name, width), text in zip(parse.JOB_TEXT_FIELDS, texts, strict=True):
         out += text.replace(b"\0", b"")[:width].ljust(width, b" ")
     return out + b"\n"
 
@@ -183,21 +183,21 @@ def test_any_bytes_in_text_fields_never_make_or_move_a_record(texts):
     nodes and users, and never raises."""
     real = [(str(1000 + i), f"pre{i % 4 + 1}", f"user{i}") for i in range(len(texts))]
     output = b"".join(_squeue_record(*job, fields) for job, fields in zip(real, texts, strict=True))
-    jobs = slurmdata.parse_jobs(output)
+    jobs = parse.parse_jobs(output)
     assert [(j.job_id, j.nodes[0], j.user) for j in jobs] == real
 
 
 @settings(max_examples=300)
 @given(ANY_BYTES, st.binary(max_size=300))
 def test_any_bytes_in_a_reason_never_make_a_node(reason, garbage):
-    sep = slurmdata.SEP.encode()
-    width = slurmdata.NODE_TEXT_FIELDS[0][1]
+    sep = parse.SEP.encode()
+    width = parse.NODE_TEXT_FIELDS[0][1]
     line = sep.join([b"pre1", b"allocated+drain", b"preemptible", b"1796139097", b"root(0)", b""])
     output = line + reason.replace(b"\0", b"")[:width].ljust(width) + b"\n"
-    assert [n.name for n in slurmdata.parse_nodes(output)] == ["pre1"]
+    assert [n.name for n in parse.parse_nodes(output)] == ["pre1"]
     # Output that does not frame (not Slurm's) is an error for the whole answer, never a guess.
     try:
-        found = slurmdata.parse_nodes(garbage)
+        found = parse.parse_nodes(garbage)
     except SlurmError:
         return
     assert all(ids.is_node_name(n.name) for n in found)
@@ -211,14 +211,14 @@ def test_records_whose_slurm_fields_are_not_slurms_are_refused_alone(job_id, cap
     good = _squeue_record("77", "pre1", "alice", [b"", b"", b"", b""])
     bad = _squeue_record(job_id, "pre1", "mallory", [b"", b"", b"", b""])
     with caplog.at_level(logging.WARNING):
-        jobs = slurmdata.parse_jobs(good + bad + good.replace(b"77", b"78", 2))
+        jobs = parse.parse_jobs(good + bad + good.replace(b"77", b"78", 2))
     assert [j.job_id for j in jobs] == ["77", "78"]
     assert len([r for r in caplog.records if "refused" in r.getMessage()]) == 1
 
 
 @pytest.mark.parametrize("nodes", ["pre[1", "pre1,--all", "@group", "pre[1-9999999]", "a b"])
 def test_a_record_with_a_bad_node_list_is_refused_alone(nodes):
-    jobs = slurmdata.parse_jobs(_squeue_record("77", nodes, "mallory", [b""] * 4))
+    jobs = parse.parse_jobs(_squeue_record("77", nodes, "mallory", [b""] * 4))
     assert jobs == []
 
 
@@ -238,12 +238,12 @@ def test_every_supported_release_has_captured_output():
 @each_release
 def test_release_version(data_dir, release):
     major, minor = (int(x) for x in release.split("."))
-    assert slurmdata.parse_version(read(data_dir, "version.txt", release).decode()) == (major, minor)
+    assert parse.parse_version(read(data_dir, "version.txt", release).decode()) == (major, minor)
 
 
 @each_release
 def test_release_nodes(data_dir, release):
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes.bin", release))}
+    nodes = {n.name: n for n in parse.parse_nodes(read(data_dir, "sinfo_nodes.bin", release))}
     assert sorted(nodes) == ["pre1", "pre2", "pre3", "pre4", "std1", "std2"]
     pre1 = nodes["pre1"]
     assert pre1.draining and not pre1.down and pre1.flags == {"DRAIN"}
@@ -255,7 +255,7 @@ def test_release_nodes(data_dir, release):
 
 @each_release
 def test_release_jobs(data_dir, release):
-    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_running.bin", release))
+    jobs = parse.parse_jobs(read(data_dir, "squeue_jobs_running.bin", release))
     assert len(jobs) == 5 and all(j.running for j in jobs)
     train = next(j for j in jobs if j.name == "train | big run")
     assert train.comment == "slurm-preempt:signal=USR1 with spaces | pipes"
@@ -270,7 +270,7 @@ def test_release_jobs(data_dir, release):
 
 @each_release
 def test_release_requeued_job_waits_begintime(data_dir, release):
-    jobs = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin", release))
+    jobs = parse.parse_jobs(read(data_dir, "squeue_jobs_requeued.bin", release))
     train = next(j for j in jobs if j.name == "train | big run")
     assert train.pending and train.reason == "BeginTime" and train.restart_count == 1 and train.nodes == ()
     # SubmitTime is reset to the requeue; the job may start cred_expire + 1 s later (whole seconds: ±1).
@@ -279,12 +279,12 @@ def test_release_requeued_job_waits_begintime(data_dir, release):
 
 @each_release
 def test_release_hostile_output_stays_data(data_dir, release):
-    found = slurmdata.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin", release))
+    found = parse.parse_jobs(read(data_dir, "squeue_jobs_hostile.bin", release))
     jobs = sorted(found, key=lambda j: int(j.job_id))  # squeue's order differs between releases
     assert [(j.user, j.nodes) for j in jobs] == [("sp-alice", ("pre2",)), *[("sp-mallory", ("pre1",))] * 2]
     victim = jobs[0].job_id
     assert jobs[1].comment.startswith("slurm-preempt:signal=USR1\n" + victim + "\x1f")  # forged: text
-    nodes = {n.name: n for n in slurmdata.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin", release))}
+    nodes = {n.name: n for n in parse.parse_nodes(read(data_dir, "sinfo_nodes_hostile.bin", release))}
     assert nodes["pre2"].drain and not nodes["pre3"].drain
 
 
@@ -324,16 +324,16 @@ def test_release_prolog_node_list_variable(data_dir, release):
 
 @each_release
 def test_release_config(data_dir, release):
-    config = slurmdata.parse_config(read(data_dir, "scontrol_show_config.txt", release).decode())
+    config = parse.parse_config(read(data_dir, "scontrol_show_config.txt", release).decode())
     assert config["SLURM_VERSION"].startswith(release + ".")
-    assert config["ClusterName"] == "sptest" and slurmdata.scheduler_parameters(config) == {}
+    assert config["ClusterName"] == "sptest" and parse.scheduler_parameters(config) == {}
     # MaxBatchRequeue is a setting from 23.02 (before: fixed at 5).
     assert config.get("MaxBatchRequeue") == (None if release == "22.05" else "5")
 
 
 def test_scheduler_parameters():
     config = {"SchedulerParameters": "bf_continue,requeue_delay=10,enable_expedited_requeue"}
-    assert slurmdata.scheduler_parameters(config) == {
+    assert parse.scheduler_parameters(config) == {
         "bf_continue": "",
         "requeue_delay": "10",
         "enable_expedited_requeue": "",

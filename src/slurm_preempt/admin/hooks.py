@@ -30,12 +30,12 @@ from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.durable import open_dir, write_atomic
 from slurm_preempt.errors import UsageError
 from slurm_preempt.ledger import WRITERS
-from slurm_preempt.resources import data_dir
+from slurm_preempt.resources import data_path
 
 DEFAULT_PREFIX = Path("/etc/slurm")
 HOOK_NAME = "50-slurm-preempt"
 OWN_DIR = "slurm-preempt"
-SHIPPED = "etc/slurm"  # the shipped tree, laid out as under the prefix
+SHIPPED = "etc/slurm"  # the shipped tree (resources.data_path), laid out as under the prefix
 # path under the prefix (and under SHIPPED) -> mode. lib.sh first: the hooks source it.
 FILES = {
     f"{OWN_DIR}/lib.sh": 0o644,
@@ -114,7 +114,7 @@ def install(
     conf_text = hooks_conf_text(state_dir, log, ids[1] if ids else None)
     result = InstallResult(prefix, state_dir, conf_lines=conf_lines(prefix))
     for target, mode in FILES.items():
-        source = data_dir(SHIPPED) / target
+        source = data_path(f"{SHIPPED}/{target}")
         if not source.is_file():
             raise UsageError(f"shipped hook {source} is missing: the installation of slurm-preempt is broken")
         result.actions.append(f"install {source} -> {prefix / target} (mode {mode:o})")
