@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 import tomllib
 
+from slurm_preempt import keytable
 from slurm_preempt.job import settings
 from slurm_preempt.job.settings import ResumeSettings
 from slurm_preempt.resources import data_dir
@@ -38,7 +41,18 @@ def _example_section() -> dict:
 def test_every_key_and_default_is_documented_as_it_is():
     defaults = {f.name: getattr(ResumeSettings(), f.name) for f in fields(ResumeSettings)}
     assert _documented_table() == defaults
-    assert set(settings.READERS) == set(defaults)
+    assert [k.name for k in keytable.keys(ResumeSettings)] == list(defaults)  # every field is a key
+
+
+def test_reading_the_settings_imports_nothing_heavy():
+    """A job imports this at start: no click, no jinja2, nothing of the watcher."""
+    code = (
+        "import sys, slurm_preempt.job.settings as s; s.from_section({'keep': 4});"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('click', 'jinja2')"
+        " or m.startswith('slurm_preempt.watch')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
 
 
 def test_the_config_example_names_every_key():

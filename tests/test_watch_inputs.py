@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from slurm_preempt.errors import ConfigError
+from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.watch.sentstate import SentState
 from slurm_preempt.watch.settings import DEFAULTS, merged, settings_from
 from slurm_preempt.watch.watcher import load_sent
@@ -20,6 +20,29 @@ def test_nan_and_inf_seconds_are_refused_at_start(key, value):
     with pytest.raises(ConfigError, match="finite"):
         settings_from(merged({key: value}, {}))
     assert settings_from(merged({}, {})).interval == DEFAULTS["interval"]
+
+
+@pytest.mark.parametrize(
+    ("section", "overrides", "error", "says"),
+    [
+        (
+            {"interval": 0},
+            {},
+            ConfigError,
+            r"\[watch\] interval = 0 in site.toml: not a number of seconds > 0",
+        ),
+        ({"enforce": "yes"}, {}, ConfigError, r"\[watch\] enforce = 'yes' in site.toml: not true or false"),
+        ({"crash_after": 2.5}, {}, ConfigError, "not a whole number >= 1"),
+        ({"aws_metadata_url": "169.254.169.254"}, {}, ConfigError, "not an http:// or https:// URL"),
+        ({"sources": ["slurm", "azure"]}, {}, ConfigError, "unknown source azure"),
+        ({"grace": 60}, {"grace": -1.0}, UsageError, "--grace -1.0: not a number of seconds >= 0"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_where_it_came_from(section, overrides, error, says):
+    """A bad value in the file is a config error naming the file; one on the command line, a usage error
+    naming the option."""
+    with pytest.raises(error, match=says):
+        merged(section, overrides, "site.toml")
 
 
 @pytest.mark.parametrize(

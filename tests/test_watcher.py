@@ -25,7 +25,6 @@ from slurm_preempt.watch.loop import run
 from slurm_preempt.watch.outbox import Outbox
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.settings import Settings
-from slurm_preempt.watch.sources import DrainRules
 from slurm_preempt.watch.watcher import Watcher, state_path
 
 OPTED = "slurm-preempt:signal=USR1"
@@ -81,8 +80,7 @@ def _kinds(state_dir, job_id) -> list[str]:
 def _watcher(cluster, tmp_path=None, **settings) -> Watcher:
     state_dir = cluster.spec.state_dir
     path = state_path(tmp_path, None) if tmp_path else None
-    rules = DrainRules.from_strings("preemptible", [r"^TogetherPreemptionNotified"], [r"^maint"])
-    values = {"grace": 20.0, "interval": 1.0, "rules": rules, **settings}
+    values = {"grace": 20.0, "interval": 1.0, "exclude_reasons": (r"^maint",), **settings}
     sent = sentstate.load(path) if path else SentState()
     return Watcher(Slurm(timeout=20), Settings(**values), sent, state_dir)
 
@@ -106,10 +104,10 @@ def _drain(cluster, nodes, reason=REASON):
 def test_sent_state_round_trip_and_forget(tmp_path):
     path = tmp_path / "w" / "sent.json"
     state = SentState(path=path)
-    state.events["pre1"] = NodeEvent("pre1", NOW, "r", "slurm", 20.0)
-    state.mark("7", "pre1", "notice", NOW, "pre1@x")
-    state.mark("8", "pre2", "notice", NOW, "pre2@x")
-    state.restarts["7"] = {"fast_restart": 1}
+    state.open_event(NodeEvent("pre1", NOW, "r", "slurm", 20.0))
+    state.mark_told("7", "pre1", "notice", NOW, "pre1@x")
+    state.mark_told("8", "pre2", "notice", NOW, "pre2@x")
+    state.record_fast_restart("7", 1)
     state.save()
     again = sentstate.load(path)
     assert again.done("7", "pre1", "notice") and not again.done("7", "pre1", "signal")
@@ -337,7 +335,6 @@ def test_broken_state_folder_is_logged_not_raised(tmp_path, caplog):
     job = Job("42", "RUNNING", nodes=("pre1",), comment="")  # not opted in: no Slurm call
     event = NodeEvent("pre1", NOW, REASON, "slurm", 20.0)
     assert not tell.tell(watcher.ctx, watcher.outbox, job, event)  # retried on the next poll
-    watcher.ctx.dirty = True
     watcher._save()
     watcher._save()
     lines = _lines(caplog)

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from slurm_preempt.watch import launchhold
 from slurm_preempt.watch.outbox import Outbox
 from watchworld import OPTED, REASON, Killed, Ticks, signalled
 
@@ -136,3 +137,48 @@ def test_a_claim_whose_sender_died_with_its_host_is_taken_as_sent_never_resent(w
     assert len(fake.called("signal_many")) == 1  # at most once: never sent twice
     assert sum("taken as sent" in r.getMessage() for r in caplog.records) == 4
     assert all(world.kinds(j) == ["notice_sent", "signal_sent"] for j in ids)
+
+
+# ---------------------------------------------------------------------------------------- the state on disk
+
+
+def test_an_enforced_requeue_is_in_the_state_before_the_watcher_goes_on(world, monkeypatch):
+    """Bug: the enforcement's save ran before anything said the state had changed (the flag was set
+    after it), so a watcher killed after an enforced requeue, at the pending-jobs query that follows,
+    left no trace of it on disk: a restarted one took the event for not enforced."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    settings = {"grace": 60, "enforce": True, "enforce_margin": 10}
+    watcher = world.watcher(**settings)
+    fake.drain(["pre1"], REASON)
+    watcher.poll_once()
+    world.clock.advance(50)
+    asked = fake.jobs
+
+    def killed_at_the_pending_query(**query):
+        if query.get("states") == launchhold.PENDING_STATES:
+            raise Killed
+        return asked(**query)
+
+    monkeypatch.setattr(fake, "jobs", killed_at_the_pending_query)
+    with pytest.raises(Killed):
+        watcher.poll_once()
+    assert fake.called("requeue") == [{"job_id": "1"}]
+    restarted = world.watcher(**settings)
+    assert restarted.sent.done("1", "pre1", "enforced") and restarted.sent.events["pre1"].enforced
+
+
+def test_a_job_moved_after_a_failed_launch_is_known_to_the_next_watcher(world):
+    """Bug: that the job was moved and released was noted after the state's last save of the poll, so
+    it never reached the disk: a restarted watcher left the job to Slurm's ~2 min requeue hold, though
+    no node it waits for had revoked its credential."""
+    fake = world.slurm
+    fake.add_job("7", comment=OPTED, reason=launchhold.LAUNCH_FAILED, restart_count=1, features="preemptible")
+    world.watcher().poll_once()
+    assert fake.called("release") == [{"job_id": "7"}]
+    assert fake.job("7").features == "standard"
+    fake.job("7").reason = "BeginTime"  # still completing: the start time did not take
+    before = len(fake.called("update_job"))
+    world.watcher().poll_once()
+    assert fake.called("update_job")[before:] == [{"job_id": "7", "starttime": "now"}]
+    assert len(fake.called("release")) == 1

@@ -1,7 +1,9 @@
-"""The command-line reference, written from the click commands themselves: ``docs/cli.md``, and the
-option table of ``docs/sbatch.md`` from ``sbatch.optiontable``.
+"""The reference pages, written from the code that holds each fact: ``docs/cli.md`` from the click
+commands themselves, the option table of ``docs/sbatch.md`` from ``sbatch.optiontable``, and the key
+tables of the ``[watch]``, ``[resume]`` and ``[report]`` sections (docs/watcher.md, docs/resume.md,
+docs/report.md) from their declarations (``keytable``).
 
-    python -m slurm_preempt.cli.reference            # rewrite both (run from the repository's root)
+    python -m slurm_preempt.cli.reference            # rewrite them (run from the repository's root)
     python -m slurm_preempt.cli.reference --check    # exit 1 when a committed page differs
 
 tests/test_docs.py fails when the committed pages differ from what this writes today, so a changed
@@ -18,8 +20,12 @@ from pathlib import Path
 
 import click
 
+from slurm_preempt import keytable
 from slurm_preempt.cli import main
+from slurm_preempt.job.settings import ResumeSettings
+from slurm_preempt.records.prices import ReportSettings
 from slurm_preempt.sbatch import optiontable
+from slurm_preempt.watch.settings import Settings as WatchSettings
 
 PROGRAM = "slurm-preempt"
 CLI_PAGE = Path("docs/cli.md")
@@ -28,6 +34,12 @@ BEGIN = (
     "<!-- BEGIN options: written by `python -m slurm_preempt.cli.reference` from sbatch/optiontable.py -->"
 )
 END = "<!-- END options -->"
+# Each config section's key table: the page it is in, and the declaration it is written from.
+KEY_TABLES = (
+    ("watch", Path("docs/watcher.md"), WatchSettings, "watch/settings.py"),
+    ("resume", Path("docs/resume.md"), ResumeSettings, "job/settings.py"),
+    ("report", Path("docs/report.md"), ReportSettings, "records/prices.py"),
+)
 
 
 def commands(
@@ -125,22 +137,43 @@ def cli_page() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def _between(page: Path, current: str, begin: str, end: str, body: str) -> str:
+    """``current`` with what lies between the markers replaced by ``body``."""
+    try:
+        head, rest = current.split(begin + "\n", 1)
+        _old, tail = rest.split(end, 1)
+    except ValueError:
+        raise SystemExit(f"{page}: the markers {begin!r} and {end!r} are missing") from None
+    return head + begin + "\n" + body + end + tail
+
+
 def sbatch_page(current: str) -> str:
     """docs/sbatch.md with its generated option table replaced by today's."""
-    try:
-        head, rest = current.split(BEGIN + "\n", 1)
-        _old, tail = rest.split(END, 1)
-    except ValueError:
-        raise SystemExit(f"{SBATCH_PAGE}: the markers {BEGIN!r} and {END!r} are missing") from None
-    return head + BEGIN + "\n" + optiontable.markdown_reference() + END + tail
+    return _between(SBATCH_PAGE, current, BEGIN, END, optiontable.markdown_reference())
+
+
+def key_markers(section: str, source: str) -> tuple[str, str]:
+    begin = (
+        f"<!-- BEGIN [{section}] keys: written by `python -m slurm_preempt.cli.reference` from {source} -->"
+    )
+    return begin, f"<!-- END [{section}] keys -->"
 
 
 def pages(root: Path) -> dict[Path, str]:
     """Each generated page and the text it should have today."""
-    return {
+    found = {
         root / CLI_PAGE: cli_page(),
         root / SBATCH_PAGE: sbatch_page((root / SBATCH_PAGE).read_text()),
     }
+    for section, page, declared, source in KEY_TABLES:
+        path = root / page
+        if not path.exists():
+            continue  # a tree without that page (a test's): nothing to write into
+        current = found.get(path) or path.read_text()
+        # A blank line before the end marker: the table stays one markdown block of its own.
+        table = keytable.markdown(declared) + "\n"
+        found[path] = _between(page, current, *key_markers(section, source), table)
+    return found
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -1,9 +1,9 @@
-"""The job side's ``[resume]`` settings: one dataclass, one default per key.
+"""The job side's ``[resume]`` settings: each key declared once, in ``ResumeSettings`` (``keytable``).
 
 Read by ``Run`` and by ``slurm-preempt resume``. A job must run even under a broken configuration, so
 nothing here raises: an unreadable file, an unknown key or a bad value is one warning and the default
-stands. The keys and defaults are listed in docs/resume.md and etc/slurm-preempt/config.toml.example
-(tests/test_settings.py checks both against this class).
+stands. The key table of docs/resume.md is written from these declarations
+(``python -m slurm_preempt.cli.reference``); tests/test_settings.py checks the config example too.
 
 ``deadline_after_signal`` is not the watcher's ``grace``: that one is the provider's window from drain
 to removal (300 s, ``[watch]``/``[sbatch]``); this one is how long a job assumes it has after a bare
@@ -20,27 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_preempt.job.checkpoint import DEFAULT_KEEP
+from slurm_preempt.keytable import key, read, seconds, whole
 
 log = logging.getLogger(__name__)
 
 # Keys that were renamed: a config still using the old name is told the new one.
 RENAMED = {"grace": "deadline_after_signal"}
-
-
-@dataclass(frozen=True)
-class ResumeSettings:
-    deadline_after_signal: float = 30.0  # seconds from a bare signal to the assumed deadline
-    signals: tuple[str, ...] = ("USR1", "TERM")  # signals that mean "preemption coming"
-    keep: int = DEFAULT_KEEP  # checkpoints kept
-    notice_poll: float = 1.0  # seconds between reads of the notice file
-    requeue_exit_code: int | None = None  # exit code when `scontrol requeue` is impossible
-    agree_seconds: float = 0.2  # multi-rank: ranks exchange flags about this often (job/pacing.py)
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError("not a number of seconds >= 0")
-    return float(value)
 
 
 def _signals(value: Any) -> tuple[str, ...]:
@@ -53,47 +38,47 @@ def _signals(value: Any) -> tuple[str, ...]:
     return names
 
 
-def _keep(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError("not a whole number >= 1")
-    return value
-
-
-def _exit_code(value: Any) -> int:
+def _exit_code(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
         raise ValueError("not an exit code (0-255)")
     return value
 
 
-READERS = {
-    "deadline_after_signal": _seconds,
-    "signals": _signals,
-    "keep": _keep,
-    "notice_poll": _seconds,
-    "requeue_exit_code": _exit_code,
-    "agree_seconds": _seconds,
-}
+@dataclass(frozen=True)
+class ResumeSettings:
+    """The ``[resume]`` section."""
+
+    deadline_after_signal: float = key(
+        30.0, seconds(), "seconds from a bare signal (no notice file) to the deadline the job assumes"
+    )
+    signals: tuple[str, ...] = key(("USR1", "TERM"), _signals, 'signals that mean "preemption coming"')
+    keep: int = key(DEFAULT_KEEP, whole(1), "checkpoints kept")
+    notice_poll: float = key(1.0, seconds(), "seconds between reads of the notice file")
+    requeue_exit_code: int | None = key(
+        None,
+        _exit_code,
+        "exit code when `scontrol requeue` is impossible (pair with `RequeueExit=` in slurm.conf)",
+    )
+    agree_seconds: float = key(
+        0.2,
+        seconds(),
+        "multi-rank: exchange flags about this often (every K step boundaries); 0: at every boundary",
+    )
 
 
 def from_section(section: Mapping[str, Any], where: str = "the configuration") -> ResumeSettings:
     """Settings from a ``[resume]`` table; every key that cannot be used is one warning."""
-    values: dict[str, Any] = {}
-    for key, value in section.items():
-        if key in RENAMED:
-            log.warning(
-                "[resume] %s in %s is now called %s (seconds from a signal to the assumed deadline when "
-                "no notice file gives one): rename it; the default is used until then",
-                key,
-                where,
-                RENAMED[key],
-            )
-        elif key not in READERS:
-            log.warning("ignoring unknown key [resume] %s in %s", key, where)
-        else:
-            try:
-                values[key] = READERS[key](value)
-            except ValueError as exc:
-                log.warning("ignoring [resume] %s = %r in %s: %s", key, value, where, exc)
+    for old in (k for k in section if k in RENAMED):
+        log.warning(
+            "[resume] %s in %s is now called %s (seconds from a signal to the assumed deadline when "
+            "no notice file gives one): rename it; the default is used until then",
+            old,
+            where,
+            RENAMED[old],
+        )
+    values, problems = read(ResumeSettings, {k: v for k, v in section.items() if k not in RENAMED})
+    for problem in problems:
+        log.warning("ignoring %s", problem.says("resume", where))
     return ResumeSettings(**values)
 
 

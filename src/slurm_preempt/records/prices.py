@@ -1,26 +1,50 @@
 """Prices of an hour on-demand and on preemptible nodes, and the assumption used without them.
 
-From ``[report]`` in the config (see docs/report.md)::
-
-    [report]
-    gpu_hour_on_demand = 2.0        # price of one GPU-hour on-demand
-    preemptible_discount = 0.5      # preemptible = on-demand x (1 - discount); or give the price:
-    # gpu_hour_preemptible = 1.0
-    cpu_hour_on_demand = 0.05       # used for jobs without GPUs
-    # cpu_hour_preemptible = 0.025
-
-Without a price for a job's unit the report still compares costs: in node-hours (an on-demand
-node-hour is 1) with preemptible at the discount, configured or the documented default (a flat 50%),
-and labels every such figure as resting on that assumption.
+From ``[report]`` in the config: its keys are declared in ``ReportSettings`` (docs/report.md's table
+is written from there). Without a price for a job's unit the report still compares costs: in
+node-hours (an on-demand node-hour is 1) with preemptible at the discount, configured or the documented
+default (a flat 50%), and labels every such figure as resting on that assumption.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from slurm_preempt.errors import ConfigError
+from slurm_preempt import keytable
+from slurm_preempt.keytable import key, number
 
 DEFAULT_DISCOUNT = 0.5  # the documented example (docs/report.md): preemptible at half the on-demand price
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """The ``[report]`` section, one declaration per key (``keytable``)."""
+
+    gpu_hour_on_demand: float | None = key(None, number(0), "on-demand price of one GPU-hour")
+    gpu_hour_preemptible: float | None = key(
+        None, number(0), "preemptible price of one GPU-hour (wins over the discount)"
+    )
+    cpu_hour_on_demand: float | None = key(
+        None, number(0), "on-demand price of one CPU-hour (jobs without GPUs)"
+    )
+    cpu_hour_preemptible: float | None = key(
+        None, number(0), "preemptible price of one CPU-hour (wins over the discount)"
+    )
+    preemptible_discount: float = key(
+        DEFAULT_DISCOUNT,
+        number(0, 1),
+        "preemptible = on-demand x (1 - discount) where no preemptible price is given; "
+        "without prices, the comparison in node-hours assumes it",
+    )
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> ReportSettings:
+        """Refuses an unknown key or a bad value (ConfigError), as ``[watch]`` does."""
+        values, problems = keytable.read(cls, section)
+        keytable.refuse("report", cls, problems)
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -32,29 +56,19 @@ class Prices:
     discount: float = DEFAULT_DISCOUNT  # for the unpriced comparison in node-hours
 
     @classmethod
-    def from_config(cls, section: dict) -> Prices:
-        def number(key):
-            value = section.get(key)
-            if value is None:
-                return None
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"[report] {key} must be a non-negative number, not {value!r}")
-            return float(value)
-
-        discount = number("preemptible_discount")
-        discount = DEFAULT_DISCOUNT if discount is None else discount
-        if discount > 1:
-            raise ConfigError(
-                "[report] preemptible_discount is a fraction between 0 and 1 (0.5 = half price)"
-            )
-        gpu_od, cpu_od = number("gpu_hour_on_demand"), number("cpu_hour_on_demand")
-        gpu_pre = number("gpu_hour_preemptible")
-        cpu_pre = number("cpu_hour_preemptible")
+    def from_config(cls, section: Mapping[str, Any]) -> Prices:
+        given = ReportSettings.from_section(section)
+        discount = given.preemptible_discount
+        gpu_pre, cpu_pre = given.gpu_hour_preemptible, given.cpu_hour_preemptible
         return cls(
-            gpu_on_demand=gpu_od,
-            gpu_preemptible=gpu_pre if gpu_pre is not None else _discounted(gpu_od, discount),
-            cpu_on_demand=cpu_od,
-            cpu_preemptible=cpu_pre if cpu_pre is not None else _discounted(cpu_od, discount),
+            gpu_on_demand=given.gpu_hour_on_demand,
+            gpu_preemptible=gpu_pre
+            if gpu_pre is not None
+            else _discounted(given.gpu_hour_on_demand, discount),
+            cpu_on_demand=given.cpu_hour_on_demand,
+            cpu_preemptible=cpu_pre
+            if cpu_pre is not None
+            else _discounted(given.cpu_hour_on_demand, discount),
             discount=discount,
         )
 

@@ -45,8 +45,7 @@ class Context:
     emit: Emit = lambda _e: None
     clock: Clock = utcnow  # the watcher's clock (tests inject one)
     may_act: Callable[[], bool] = lambda: True
-    save: Callable[[], None] = lambda: None  # persists the sent-state when dirty
-    dirty: bool = False  # sent-state changed since the last save
+    save: Callable[[], None] = lambda: None  # writes the sent-state when it changed
     counts: dict[str, int] = field(default_factory=dict)
 
     def check_lease(self) -> None:
@@ -179,7 +178,7 @@ def _fallback_why(job: Job, wish: optin.OptIn, now: datetime) -> str | None:
 
 
 def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
-    if job.features == wish.fallback_to or ctx.sent.restarts.get(job.job_id, {}).get("fallback"):
+    if job.features == wish.fallback_to or ctx.sent.restarts_of(job.job_id).fallback:
         return
     why = _fallback_why(job, wish, now)
     if why is None:
@@ -191,17 +190,15 @@ def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
     except SlurmError as exc:
         log.warning("job %s: fallback to %s failed, will retry: %s", job.job_id, wish.fallback_to, exc)
         return
-    ctx.sent.restarts.setdefault(job.job_id, {})["fallback"] = wish.fallback_to
-    ctx.dirty = True
+    ctx.sent.record_fallback(job.job_id, wish.fallback_to)
     log.info("job %s: constraint %s -> %s: %s", job.job_id, job.features or "(none)", wish.fallback_to, why)
 
 
 def _fast_restart(ctx: Context, job: Job) -> None:
     # While the requeued job is still COMPLETING, Slurm accepts starttime=now but it does not take:
     # so it is sent on every poll the job still waits for BeginTime, and recorded once per restart.
-    record = ctx.sent.restarts.get(job.job_id, {})
     try:
-        if record.get("fast_restart") == job.restart_count:
+        if ctx.sent.restarts_of(job.job_id).fast_restart == job.restart_count:
             ctx.check_lease()
             ctx.slurm.update_job(job.display_id, starttime="now")  # A_T: never the whole array
             return
@@ -210,6 +207,5 @@ def _fast_restart(ctx: Context, job: Job) -> None:
     except SlurmError as exc:
         log.warning("job %s: fast restart failed, will retry: %s", job.job_id, exc)
         return
-    ctx.sent.restarts.setdefault(job.job_id, {})["fast_restart"] = job.restart_count
-    ctx.dirty = True
+    ctx.sent.record_fast_restart(job.job_id, job.restart_count)
     log.info("job %s: requeued (restart %d): start time set to now", job.job_id, job.restart_count)

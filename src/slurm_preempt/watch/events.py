@@ -38,12 +38,11 @@ def update(
             earliest[drain.node] = drain
     _end(sent, [n for n in sent.events if _over(sent.events[n], earliest.get(n), now)])
     for node in earliest:
-        if node in sent.events:
-            sent.events[node].seen = True
+        sent.saw(node)
     new = sorted(n for n in earliest if n not in sent.events)
     for node in new:
         d = earliest[node]
-        sent.events[node] = NodeEvent(node, d.drain_time, d.reason, d.source, d.grace)
+        sent.open_event(NodeEvent(node, d.drain_time, d.reason, d.source, d.grace))
         log.info("node %s: going away (%s: %r at %s)", node, d.source, d.reason, to_text(d.drain_time))
         emit({"event": "drain_seen", "node": node, "source": d.source, "reason": d.reason,
               "drain_time": to_text(d.drain_time), "grace": d.grace})  # fmt: skip

@@ -42,8 +42,8 @@ def held_for_launch(job: Job) -> bool:
 
 def handle(ctx: Context, job: Job, fallback: bool) -> bool:
     """Deal with an opted-in ``job`` a failed launch holds (True); leave any other to the caller (False)."""
-    moved_before = ctx.sent.restarts.get(job.job_id, {}).get("launch_moved")
-    if job.pending and job.reason == "BeginTime" and moved_before == job.restart_count:
+    record = ctx.sent.restarts_of(job.job_id)
+    if job.pending and job.reason == "BeginTime" and record.launch_moved == job.restart_count:
         # Released onto other nodes: Slurm's requeue hold protects nothing there (no credential of
         # this job was revoked on them). Sent each poll until it takes (not while still completing).
         _start_now(ctx, job)
@@ -53,11 +53,9 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
     wish = optin.parse(job.comment)
     if not wish.opted_in:
         return False
-    record = ctx.sent.restarts.setdefault(job.job_id, {})
-    if record.get("launch_held") == job.restart_count:
+    if record.launch_held == job.restart_count:
         return True  # this hold is dealt with already
-    record["launch_held"] = job.restart_count
-    ctx.dirty = True
+    ctx.sent.record_launch_held(job.job_id, job.restart_count)
     limit = job.reason in LIMIT_REACHED
     why = (
         "Slurm holds it after MaxBatchRequeue failed launches"
@@ -80,7 +78,7 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
     fields = {"limit": limit, "fallback": moved, "restart_count": job.restart_count}
     error = _release(ctx, job, fields)
     if error is None and moved:
-        record["launch_moved"] = job.restart_count
+        ctx.sent.record_launch_moved(job.job_id, job.restart_count)
         _start_now(ctx, job)
     if error is None:
         where = f"moved to {moved} and " if moved else ""

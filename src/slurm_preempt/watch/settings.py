@@ -1,23 +1,25 @@
-"""The watcher's settings: the ``[watch]`` config section, its defaults, and building a watcher from it
-and command-line overrides.
+"""The watcher's settings: the ``[watch]`` config section, each key declared once in ``Settings``
+(``keytable``: default, conversion and check, the docs' line), and building a watcher from it and
+command-line overrides.
 
-Everything is checked here, at start: a bad key, a bad regex, a missing token or a URL that is not
-http(s) fails with one clear line before the first poll, never later in the loop.
+Everything is checked here, at start: a bad key or value, a bad regex, a missing token or a URL that is
+not http(s) fails with one clear line before the first poll, never later in the loop.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from slurm_preempt import config as configmod
+from slurm_preempt import keytable
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
+from slurm_preempt.keytable import flag, key, seconds, text, texts, whole
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
@@ -38,74 +40,100 @@ from slurm_preempt.watch.sources import (
 from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
 
 KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
-# Every key of the [watch] section with its default: the one place a default is written.
-DEFAULTS: dict[str, Any] = {
-    "interval": 5.0,
-    "sidecar_interval": 5.0,  # a modest rate: every job of a user runs one
-    "grace": DEFAULT_GRACE_SECONDS,
-    "feature": "preemptible",
-    "reasons": [r"^TogetherPreemptionNotified"],
-    "exclude_reasons": [],
-    "enforce": False,
-    "enforce_margin": 30.0,
+
+
+def _regex(value: Any) -> str:
+    try:
+        re.compile(text(value))
+    except re.error as exc:
+        raise ValueError(f"bad regular expression ({exc})") from None
+    return value
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    return tuple(_regex(pattern) for pattern in texts(value))
+
+
+def _sources(value: Any) -> tuple[str, ...]:
+    found = texts(value)
+    unknown = [s for s in found if s not in KNOWN_SOURCES]
+    if unknown:
+        raise ValueError(f"unknown source {', '.join(unknown)}; known: {', '.join(KNOWN_SOURCES)}")
+    return found
+
+
+def _http_url(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError("not an http:// or https:// URL")
+    return value
+
+
+def _cluster_id(value: Any) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]*", value.strip()):
+        raise ValueError("not a cluster id (letters, digits, - _ .)")
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a watcher does: the ``[watch]`` section, one declaration per key."""
+
+    interval: float = key(5.0, seconds(positive=True), "seconds between polls (daemon)")
+    # A modest rate: every job of a user runs one.
+    sidecar_interval: float = key(
+        5.0, seconds(positive=True), "seconds between polls of a sidecar (`--interval` overrides both)"
+    )
+    grace: float = key(
+        DEFAULT_GRACE_SECONDS, seconds(), "seconds from drain to removal (deadline = drain time + grace)"
+    )
+    feature: str = key("preemptible", text, 'node feature whose drains count (`""`: none)')
+    reasons: tuple[str, ...] = key(
+        (r"^TogetherPreemptionNotified",), _patterns, "reason regexes that count on any node"
+    )
+    exclude_reasons: tuple[str, ...] = key((), _patterns, "reason regexes that never count")
+    enforce: bool = key(False, flag, "requeue opted-in jobs still running near the deadline")
+    enforce_margin: float = key(30.0, seconds(), "seconds before the deadline")
     # A job allocated moments ago may not have installed its trap yet: its notice is written at once,
     # its signal waits for the first poll this long after its start (squeue's StartTime, whole seconds:
     # at least 2 s after the allocation). Its deadline does not move.
-    "signal_after_start": 3.0,
-    "fast_restart": True,
-    "fallback": True,
-    "max_backoff": 60.0,
-    "slurm_timeout": 15.0,
-    "crash_after": 3,
-    "lease_ttl": 30.0,
-    "sources": ["slurm"],
-    "api_base_url": DEFAULT_TOGETHER_BASE,
-    "cluster_id": "",
-    "api_token_env": "TOGETHER_API_KEY",
-    "api_token_file": "",
-    "api_timeout": 5.0,
-    "node_name_pattern": "",
-    "node_name_template": "",
-    "aws_metadata_url": AWS_BASE,
-    "gcp_metadata_url": GCP_BASE,
-    "metadata_timeout": 2.0,
-}
+    signal_after_start: float = key(
+        3.0,
+        seconds(),
+        "a job that started less than this long ago gets its notice at once and its signal at the "
+        "first poll after (its script may not trap it yet)",
+    )
+    fast_restart: bool = key(True, flag, "`starttime=now` for requeued opted-in jobs")
+    fallback: bool = key(True, flag, "apply the jobs' fallback policies")
+    max_backoff: float = key(60.0, seconds(positive=True), "longest wait after failed polls")
+    slurm_timeout: float = key(15.0, seconds(positive=True), "timeout of each Slurm command")
+    crash_after: int = key(
+        3, whole(1), "polls in a row failing with an unexpected error before the watcher exits 1"
+    )
+    lease_ttl: float = key(
+        30.0,
+        seconds(positive=True),
+        "seconds of silence after which a standby watcher takes over (> `slurm_timeout`)",
+    )
+    sources: tuple[str, ...] = key(("slurm",), _sources, "add `together`, `aws`, `gcp`")
+    api_base_url: str = key(DEFAULT_TOGETHER_BASE, _http_url, "Together API")
+    cluster_id: str = key("", _cluster_id, "Together cluster id")
+    api_token_env: str = key("TOGETHER_API_KEY", text, "variable holding the token")
+    api_token_file: str = key("", text, "file holding the token (mode 600)")
+    api_timeout: float = key(5.0, seconds(positive=True), "seconds per API request")
+    node_name_pattern: str = key(
+        "", _regex, "provider node names to rename: a regex matching the whole name (`gpu-dp-(\\d+)`)"
+    )
+    node_name_template: str = key(
+        "", text, "their Slurm names, from the pattern's groups (`pre\\1`); unset: the name as it is"
+    )
+    aws_metadata_url: str = key(AWS_BASE, _http_url, "AWS instance metadata, base URL")
+    gcp_metadata_url: str = key(GCP_BASE, _http_url, "GCP instance metadata, base URL")
+    metadata_timeout: float = key(2.0, seconds(positive=True), "seconds per metadata request")
+    rules: DrainRules = field(init=False, repr=False, compare=False)  # from feature and the reasons
 
-
-def _default_rules() -> DrainRules:
-    return DrainRules.from_strings(DEFAULTS["feature"], DEFAULTS["reasons"], DEFAULTS["exclude_reasons"])
-
-
-@dataclass
-class Settings:
-    """What a watcher does, checked; the defaults are those of ``DEFAULTS``."""
-
-    grace: float = DEFAULTS["grace"]
-    interval: float = DEFAULTS["interval"]
-    rules: DrainRules = field(default_factory=_default_rules)
-    enforce: bool = DEFAULTS["enforce"]
-    enforce_margin: float = DEFAULTS["enforce_margin"]
-    signal_after_start: float = DEFAULTS["signal_after_start"]
-    fast_restart: bool = DEFAULTS["fast_restart"]
-    fallback: bool = DEFAULTS["fallback"]
-    max_backoff: float = DEFAULTS["max_backoff"]
-    slurm_timeout: float = DEFAULTS["slurm_timeout"]
-    crash_after: int = DEFAULTS["crash_after"]
-    lease_ttl: float = DEFAULTS["lease_ttl"]
-
-    def validate(self) -> None:
-        numbers = {"grace": self.grace, "interval": self.interval, "enforce_margin": self.enforce_margin,
-                   "signal_after_start": self.signal_after_start, "max_backoff": self.max_backoff,
-                   "slurm_timeout": self.slurm_timeout, "lease_ttl": self.lease_ttl}  # fmt: skip
-        bad = [key for key, value in numbers.items() if not math.isfinite(value)]
-        if bad:  # nan polled in a busy loop, inf crashed the loop's wait
-            raise ConfigError(f"[watch] {', '.join(bad)} must be a finite number of seconds")
-        if self.grace < 0 or self.enforce_margin < 0 or self.signal_after_start < 0:
-            raise UsageError("grace, enforce margin and signal_after_start must be >= 0 seconds")
-        if self.interval <= 0 or self.slurm_timeout <= 0:
-            raise UsageError("the poll interval and the Slurm timeout must be > 0 seconds")
-        if self.crash_after < 1:
-            raise ConfigError("[watch] crash_after must be 1 or more")
+    def __post_init__(self) -> None:
+        rules = DrainRules.from_strings(self.feature, self.reasons, self.exclude_reasons)
+        object.__setattr__(self, "rules", rules)
         # The holder cannot beat while it waits for one Slurm command: a shorter lease would pass to
         # the standby whenever Slurm is slow.
         if self.lease_ttl <= self.slurm_timeout:
@@ -115,85 +143,61 @@ class Settings:
             )
 
 
-def merged(section: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults, then the config file, then the command line (None means "not given")."""
-    unknown = sorted(set(section) - set(DEFAULTS))
-    if unknown:
-        raise ConfigError(f"[watch] unknown key(s): {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-    values = {**DEFAULTS, **section}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    for key in ("sources", "reasons", "exclude_reasons"):
-        if isinstance(values[key], str):
-            values[key] = [values[key]]
-        if not isinstance(values[key], list) or not all(isinstance(v, str) for v in values[key]):
-            raise ConfigError(f"[watch] {key} must be a list of strings")
-    return values
+# Every key with its default, as a config file writes it (the CLI's help, tests).
+DEFAULTS: dict[str, Any] = keytable.defaults(Settings)
+
+
+def merged(section: Mapping[str, Any], overrides: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """Defaults, then the config file, then the command line (None means "not given"), each value
+    checked: a bad one in the file is a ConfigError, on the command line a UsageError."""
+    values, problems = keytable.read(Settings, section)
+    keytable.refuse("watch", Settings, problems, where)
+    given, wrong = keytable.read(Settings, overrides)
+    if wrong:
+        option = wrong[0]
+        raise UsageError(
+            f"--{option.key.replace('_', '-')} {option.value!r}: {option.why or 'no such option'}"
+        )
+    return {**{k.name: k.default for k in keytable.keys(Settings)}, **values, **given}
 
 
 def settings_from(values: Mapping[str, Any]) -> Settings:
-    try:
-        settings = Settings(
-            grace=float(values["grace"]),
-            interval=float(values["interval"]),
-            rules=DrainRules.from_strings(values["feature"], values["reasons"], values["exclude_reasons"]),
-            enforce=bool(values["enforce"]),
-            enforce_margin=float(values["enforce_margin"]),
-            signal_after_start=float(values["signal_after_start"]),
-            fast_restart=bool(values["fast_restart"]),
-            fallback=bool(values["fallback"]),
-            max_backoff=float(values["max_backoff"]),
-            slurm_timeout=float(values["slurm_timeout"]),
-            crash_after=int(values["crash_after"]),
-            lease_ttl=float(values["lease_ttl"]),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"[watch] a number is not a number: {exc}") from None
-    settings.validate()
-    return settings
+    """Settings from values ``merged`` checked (the keys checked together: ConfigError)."""
+    return Settings(**values)
 
 
-def sources_from(values: Mapping[str, Any], local_node: str | None = None) -> list[Source]:
+def sources_from(settings: Settings, local_node: str | None = None) -> list[Source]:
     """The extra sources (``slurm`` is always read). Metadata sources need ``local_node`` (sidecar)."""
-    wanted = values["sources"]
-    bad = [s for s in wanted if s not in KNOWN_SOURCES]
-    if bad:
-        raise ConfigError(f"[watch] sources: unknown {', '.join(bad)}; known: {', '.join(KNOWN_SOURCES)}")
     found: list[Source] = []
-    if "together" in wanted:
-        found.append(_together(values))
+    if "together" in settings.sources:
+        found.append(_together(settings))
     for name in ("aws", "gcp"):
-        if name not in wanted:
+        if name not in settings.sources:
             continue
         if local_node is None:
             raise ConfigError(f"[watch] source {name} reads this machine's metadata: use it with --sidecar")
-        url = _http_url(values[f"{name}_metadata_url"], f"{name}_metadata_url")
-        timeout = float(values["metadata_timeout"])
+        timeout = settings.metadata_timeout
         if name == "aws":
-            found.append(AwsSpotSource(node=local_node, base_url=url, timeout=timeout))
+            found.append(AwsSpotSource(node=local_node, base_url=settings.aws_metadata_url, timeout=timeout))
         else:
-            found.append(GcpPreemptedSource(node=local_node, base_url=url, timeout=timeout))
+            found.append(
+                GcpPreemptedSource(node=local_node, base_url=settings.gcp_metadata_url, timeout=timeout)
+            )
     return found
 
 
-def _together(values: Mapping[str, Any]) -> TogetherSource:
-    cluster_id = str(values["cluster_id"]).strip()
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", cluster_id):
+def _together(settings: Settings) -> TogetherSource:
+    if not settings.cluster_id:
         raise ConfigError("[watch] cluster_id must be set (letters, digits, - _ .) for the together source")
-    token = read_token(str(values["api_token_env"]), str(values["api_token_file"]) or None)
+    token = read_token(settings.api_token_env, settings.api_token_file or None)
     return TogetherSource(
-        cluster_id=cluster_id,
+        cluster_id=settings.cluster_id,
         token=token,
-        grace=float(values["grace"]),
-        base_url=_http_url(values["api_base_url"], "api_base_url"),
-        node_map=NodeMap.from_config(values["node_name_pattern"], values["node_name_template"]),
-        timeout=float(values["api_timeout"]),
+        grace=settings.grace,
+        base_url=settings.api_base_url,
+        node_map=NodeMap.from_config(settings.node_name_pattern, settings.node_name_template),
+        timeout=settings.api_timeout,
     )
-
-
-def _http_url(url: str, key: str) -> str:
-    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
-        raise ConfigError(f"[watch] {key} must be an http:// or https:// URL")
-    return url
 
 
 def refuse_preemptible_host(slurm: WatcherSlurm, feature: str | None, hostname: str | None = None) -> None:
@@ -235,10 +239,9 @@ def build(
     if config_file and not Path(config_file).exists():
         raise ConfigError(f"--config {config_file} does not exist")
     conf = configmod.load(paths)
-    values = merged(conf.section("watch"), overrides)
+    settings = settings_from(merged(conf.section("watch"), overrides, ", ".join(map(str, conf.sources))))
     if job_id is not None and overrides.get("interval") is None:
-        values["interval"] = values["sidecar_interval"]
-    settings = settings_from(values)
+        settings = replace(settings, interval=settings.sidecar_interval)
     slurm = Slurm(timeout=settings.slurm_timeout)
     local_node = None
     if job_id is not None:
@@ -246,7 +249,7 @@ def build(
         local_node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     elif not allow_preemptible_host:
         refuse_preemptible_host(slurm, settings.rules.feature)
-    sources = sources_from(values, local_node)
+    sources = sources_from(settings, local_node)
     folder = state_dir_from(conf.state_dir(), state_dir)
     path = state_path(folder, job_id, user)
     if user is not None:

@@ -143,10 +143,9 @@ def _ledger_has(state_dir: Path, job_id: str, kind: str, event_id: str) -> Path 
 
 
 def _mark(ctx: Context, job: Job, notice: Notice, what: str) -> None:
-    ctx.sent.mark(
+    ctx.sent.mark_told(
         job.job_id, notice.node, what, ctx.clock(), notice.event_id, job.restart_count, notice.deadline
     )
-    ctx.dirty = True
 
 
 def _item(plan: _Delivery) -> Item:
@@ -235,8 +234,7 @@ def confirm(ctx: Context, batches: list[Batch], records: dict[tuple[str, str], P
                 _take_back(record)
                 retry.append(item)
                 continue
-            ctx.sent.mark(item.job_id, item.node, "signal", ctx.clock(), item.event_id)
-            ctx.dirty = True
+            ctx.sent.mark_told(item.job_id, item.node, "signal", ctx.clock(), item.event_id)
             if why:
                 log.info("job %s ended before it could be signalled", item.job_id)
                 _take_back(record)

@@ -126,8 +126,6 @@ class Watcher:
         self.ctx.counts = {}
         if not self._hold():
             return PollResult(standby=True)
-        if self.sent.path is not None and not self.sent.path.exists():
-            self.ctx.dirty = True  # write it once at start: shows the watcher runs and can save
         now = self.clock()
         try:
             in_flight = self._leftovers()
@@ -231,19 +229,14 @@ class Watcher:
         reopens its node's event, so its jobs are asked for and told again."""
         finished, in_flight = self.outbox.leftovers()
         for item in confirm(self.ctx, finished, {}):
-            if item.node in self.sent.events:
-                self.sent.events[item.node].handled = False
+            self.sent.set_handled(item.node, False)
         self.outbox.finish(finished)
         return in_flight
 
     # ------------------------------------------------------------------------------------ helpers
 
     def _update_events(self, drains: list[Drain], scope: set[str] | None, now: datetime) -> list[str]:
-        before = set(self.sent.events)
-        new = events.update(self.sent, drains, scope, now, self.ctx.emit)
-        if new or set(self.sent.events) != before:
-            self.ctx.dirty = True
-        return new
+        return events.update(self.sent, drains, scope, now, self.ctx.emit)
 
     def _enforcing(self, event: NodeEvent, now: datetime) -> bool:
         return self.settings.enforce and enforce_due(event, self.settings.enforce_margin, now)
@@ -266,10 +259,9 @@ class Watcher:
             retry = tell_many(self.ctx, self.outbox, pairs, in_flight) | young  # signalled on a later poll
             failed = {e.node for job in jobs if job.job_id in retry for e in mine[job.job_id]}
         for event in due:
-            event.handled = event.node not in failed
+            self.sent.set_handled(event.node, event.node not in failed)
         self._save()
         self._enforce(jobs, enforcing)
-        self.ctx.dirty = True
 
     def _what_to_tell(self, job: Job, new: list[NodeEvent]) -> list[tuple[Job, NodeEvent, bool]]:
         """A job is told once per attempt while an event it was told of is open: with the earliest
@@ -313,8 +305,7 @@ class Watcher:
         self, job: Job, event: NodeEvent, told: str, when: datetime, acts: tuple[str, ...]
     ) -> None:
         for what in acts:
-            self.sent.mark(job.job_id, event.node, what, self.clock(), told, job.restart_count, when)
-        self.ctx.dirty = True
+            self.sent.mark_told(job.job_id, event.node, what, self.clock(), told, job.restart_count, when)
 
     def _enforce(self, jobs: list[Job], enforcing: list[NodeEvent]) -> None:
         """Requeue each opted-in job still on an enforcing node once; an event is enforced when all of
@@ -328,8 +319,8 @@ class Watcher:
                     self.beat()
             for job in on_node:
                 if outcome.get(job.job_id, True):
-                    self.sent.mark(job.job_id, event.node, "enforced", self.clock(), _event_id(event))
-            event.enforced = all(outcome.get(j.job_id, True) for j in on_node)
+                    self.sent.mark_told(job.job_id, event.node, "enforced", self.clock(), _event_id(event))
+            self.sent.set_enforced(event.node, all(outcome.get(j.job_id, True) for j in on_node))
         self._save()
 
     def _source_drains(self) -> list[Drain]:
@@ -347,11 +338,12 @@ class Watcher:
         return found
 
     def _save(self) -> None:
-        if not self.ctx.dirty:
+        """Write the state when it changed (the state says). A failed write is logged once per spell
+        of failures; the state stays changed, so the next save tries again."""
+        if not self.sent.changed:
             return
         try:
             self.sent.save()
-            self.ctx.dirty = False
             self._save_failed = False
         except OSError as exc:
             if not self._save_failed:  # once per failure spell, not on every poll
