@@ -23,7 +23,9 @@ class ApiServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.token = token
         self.mode = "good"
-        self.slow_seconds = 3.0
+        # "slow" answers after a minute: past any client's timeout, however long a busy machine takes
+        # to answer the others (its threads are daemons, so nobody waits for it at the end)
+        self.slow_seconds = 60.0
         self.events: list[dict] = []
         self.aws_action: dict | None = None
         self.gcp_preempted = False

@@ -81,8 +81,10 @@ def test_drill_removes_and_brings_back(clean_cluster):
     assert ops.local
     runner = drill.Drill(clean_cluster.slurm, ops, tick=0.2)
     event = runner.start_event([node], grace=1, pause=1, reason=drill.DEFAULT_REASON)
-    runner.run_until_done(timeout=4)
     watch = event.jobs[job_id]
+    # The job waits out Slurm's requeue hold, so the drill is never "done": run it until the node is
+    # back and the job requeued, however long a busy machine takes (the timeout only ends a hung test).
+    assert runner.run_until(lambda: bool(event.revived_at and watch.requeued_at), timeout=120)
     assert event.removed_at and event.revived_at and watch.left_at and watch.requeued_at
     assert clean_cluster.job(job_id).restart_count == 1
     # Node back in service; the requeued job waits out Slurm's BeginTime unless a watcher skips it.

@@ -160,8 +160,10 @@ def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp
     wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
     event = runner.start_event([node], grace=2, pause=1, reason=drill.DEFAULT_REASON)
-    runner.run_until_done(timeout=5)
     watch = event.jobs[job_id]
+    # Nobody lifts the requeue hold here, so the drill is never "done": run it until the node is back
+    # and the job has left (the timeout only ends a hung test).
+    assert runner.run_until(lambda: bool(event.revived_at and watch.left_at), timeout=120)
     assert watch.left_at >= event.removed_at  # killed by the removal: nobody told it
     saved = ledger.events(cl.spec.state_dir, job_id)
     last_step = max(e["step"] for e in saved if e["kind"] == "checkpoint_saved")

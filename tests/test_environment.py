@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from slurm_preempt import procinfo
+from slurm_preempt.job import environment
 from slurm_preempt.job.environment import NOTICE_SKEW, JobEnv, fresh_notice, job_start_time
 from slurm_preempt.notice import Notice, write_notice
 
@@ -141,12 +142,14 @@ def test_the_job_started_when_the_batch_script_below_slurmstepd_did(monkeypatch)
         monkeypatch,
         {me: ("python", 60, 300 * tick), 60: ("sh", 50, 250 * tick), 50: ("bash", 40, 200 * tick), 40: stepd},
     )
+    booted = environment.boot_time()
+    assert booted is not None
+    monkeypatch.setattr(environment, "boot_time", lambda: booted)  # one boot time for both readings
     under_slurm = job_start_time()
     _table(monkeypatch, {me: ("python", 60, 300 * tick), 60: ("bash", 1, 200 * tick)})
     alone = job_start_time()  # not under slurmstepd: this process's own start
-    assert under_slurm is not None and alone is not None
-    # /proc/uptime has two decimals: the two readings agree to that, whatever the clock says.
-    assert abs((alone - under_slurm).total_seconds() - 100) < 0.05
+    assert under_slurm == datetime.fromtimestamp(booted + 200, timezone.utc)
+    assert alone == datetime.fromtimestamp(booted + 300, timezone.utc)
 
 
 def test_the_job_start_is_unknown_without_proc_or_when_an_ancestor_vanished(monkeypatch):

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -175,10 +174,16 @@ def test_stale_notices_of_earlier_attempts_are_ignored(tmp_path, job):
 
 
 def test_time_interval(tmp_path, job):
-    with _run(tmp_path, job, interval=0.05) as run:
+    now = [1000.0]
+    wiring = Wiring(environ=job, log_to_stderr=True, clock=lambda: now[0])
+    with Run(tmp_path / "ckpt", interval=60, _wiring=wiring) as run:
+        now[0] += 59.9
         assert not run.should_checkpoint(1)
-        time.sleep(0.06)
+        now[0] += 0.1
         assert run.should_checkpoint(2)
+        run.save(2, {"step": 2})
+        now[0] += 30
+        assert not run.should_checkpoint(3)  # the interval counts from the last save
 
 
 def test_unwritable_ledger_warns_once_and_the_job_goes_on(tmp_path, job, capsys):

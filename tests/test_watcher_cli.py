@@ -150,7 +150,7 @@ def test_sidecar_hears_aws_spot_notice_from_metadata(clean_cluster):
     node = cl.wait_state(job_id, "RUNNING").nodes[0]
     wait_signal_age(cl.slurm, job_id)
     with ApiServer() as server:
-        aws = AwsSpotSource(node, base_url=server.base_url, timeout=1)
+        aws = AwsSpotSource(node, base_url=server.base_url, timeout=10)
         watcher = Watcher(Slurm(), Settings(grace=120), SentState(), cl.spec.state_dir, [aws], job_id=job_id)
         assert watcher.poll_once().actions == {}
         server.aws_action = {"action": "terminate", "time": "2026-12-01T08:00:00Z"}

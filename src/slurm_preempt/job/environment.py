@@ -59,12 +59,21 @@ def job_start_time() -> datetime | None:
         oldest, parent = above, above.ppid
     else:
         oldest = me  # not under slurmstepd: only this process is known to belong to the attempt
+    booted = boot_time()
+    if booted is None:
+        return None
+    started = booted + oldest.start_ticks / os.sysconf("SC_CLK_TCK")
+    return datetime.fromtimestamp(started, timezone.utc)
+
+
+def boot_time() -> float | None:
+    """When this machine booted, in seconds since the epoch (the clock now less /proc/uptime); None
+    where /proc is missing. Start ticks of /proc/PID/stat count from here."""
     try:
         uptime = float(Path("/proc/uptime").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    started = time.time() - uptime + oldest.start_ticks / os.sysconf("SC_CLK_TCK")
-    return datetime.fromtimestamp(started, timezone.utc)
+    return time.time() - uptime
 
 
 @dataclass(frozen=True)

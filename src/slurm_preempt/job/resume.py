@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,6 +62,7 @@ class Wiring:
     writer: bool | None = None  # the rank that writes whole checkpoints; None: rank 0
     install_signals: bool = True  # False: the caller installs them later (Lightning, after its own)
     log_to_stderr: bool | None = None  # see job/joblog.py; None: only when nothing configured logging
+    clock: Callable[[], float] = time.monotonic  # the cadence's and the notice poll's seconds
 
 
 class Run:
@@ -88,6 +89,7 @@ class Run:
         folder = checkpoint_dir or env.get(ENV_CHECKPOINT_DIR)
         if not folder:
             raise CheckpointError(f"no checkpoint folder: pass checkpoint_dir= or set {ENV_CHECKPOINT_DIR}")
+        self._clock = wiring.clock
         self._stop_logging = joblog.show_on_stderr(wiring.log_to_stderr)  # first: settings may warn
         self._settings = job_settings.load(wiring.environ) if settings is None else settings
         self._env = JobEnv.from_environ(wiring.environ)
@@ -109,7 +111,7 @@ class Run:
         self._ledger = LedgerWriter.for_job(self._env)
         self._step = 0
         self._restored: Checkpoint | None = None
-        self._last_save = time.monotonic()
+        self._last_save = self._clock()
         self._signals = SignalFlag(heard=self._reread_notice)
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
@@ -231,7 +233,7 @@ class Run:
     @property
     def notice(self) -> Notice | None:
         """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._notice_checked >= self._settings.notice_poll:
             self._notice_checked = now
             self._notice = self._fresh_notice()
@@ -276,7 +278,7 @@ class Run:
         if not self._pacer.due():
             return every_due
         local_stop = int(self.notified and not self._signals.muted)
-        interval_due = int(bool(self._interval and time.monotonic() - self._last_save >= self._interval))
+        interval_due = int(bool(self._interval and self._clock() - self._last_save >= self._interval))
         stop, due, minus_every = self._agreement.agree([local_stop, interval_due, -self._pacer.proposal()])
         self._pacer.agreed(-minus_every)
         if stop:
@@ -322,7 +324,7 @@ class Run:
                 error = CheckpointError(f"the final checkpoint at step {step} failed on the writer rank")
         if error is not None:
             raise error
-        self._step, self._last_save = step, time.monotonic()
+        self._step, self._last_save = step, self._clock()
         self._final_saved = final
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
@@ -352,7 +354,7 @@ class Run:
         found = self._sharded.save(step, write, meta, fmt=fmt)
         if self._writer:
             self._record_saved(found)
-        self._step, self._last_save, self._final_saved = step, time.monotonic(), final
+        self._step, self._last_save, self._final_saved = step, self._clock(), final
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)

@@ -251,14 +251,21 @@ class Drill:
 
     def run_until_done(self, timeout: float) -> None:
         """Advance every event and observe its jobs until all are back (or ``timeout`` seconds)."""
+        self.run_until(lambda: all(e.done for e in self.events), timeout)
+
+    def run_until(self, reached: Callable[[], bool], timeout: float) -> bool:
+        """Advance every event and observe its jobs until ``reached()`` holds (True) or ``timeout``
+        seconds have passed (False)."""
         end = self.clock() + timeout
         while True:
             now = self.clock()
             self.step(now)
-            if all(e.done for e in self.events) or now > end:
+            held = reached()
+            if held or now > end:
                 break
             self.sleep(self.tick)
         self._read_ledger()
+        return held
 
     def preempt(
         self,
