@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from clusterutil import HUNG_AFTER
 from slurm_preempt.config import Config
 from slurm_preempt.sbatch import render as gen
 
@@ -59,7 +60,7 @@ echo "$*" >> '{work}/scontrol.args'
 }
 
 
-def _wait_for(path: Path, text: str = "", timeout: float = 20.0) -> None:
+def _wait_for(path: Path, text: str = "", timeout: float = HUNG_AFTER) -> None:
     deadline = time.monotonic() + timeout
     while not (path.exists() and text in path.read_text()):
         assert time.monotonic() < deadline, f"{path} never held {text!r}"
@@ -126,7 +127,7 @@ def test_notice_reaches_the_command_and_steps_never_srun(tmp_path, how):
         _wait_for(tmp_path / "job.out", "waiting for its srun steps to end")
         assert job.poll() is None, _read(tmp_path / "job.out")  # srun still runs: no requeue yet
         (tmp_path / "release").touch()
-        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+        assert job.wait(HUNG_AFTER) == 0, _read(tmp_path / "job.out")
     finally:
         (tmp_path / "release").touch()
         job.kill()
@@ -148,7 +149,7 @@ def test_the_forward_signal_is_the_one_passed_to_steps(tmp_path):
     finally:
         (tmp_path / "release").touch()
         job.kill()
-        job.wait(20)
+        job.wait(HUNG_AFTER)
     assert _read(tmp_path / "scancel.args") == "--signal=USR2 4242.0\n"
     assert "USR2" not in _read(tmp_path / "srun.log")
 
@@ -174,7 +175,7 @@ def _is_srun(tmp_path: Path, argv: list[str]) -> bool:
         proc.wait()
 
 
-def _wait_for_exec(pid: int, program: str, timeout: float = 20.0) -> None:
+def _wait_for_exec(pid: int, program: str, timeout: float = HUNG_AFTER) -> None:
     """Popen may return before the child has exec'd (its name and argv are still Python's)."""
     deadline = time.monotonic() + timeout
     while Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] != os.fsencode(program):
@@ -252,7 +253,7 @@ def test_a_retried_signal_of_an_earlier_attempt_is_not_a_notice(tmp_path):
         assert not (tmp_path / "target.log").exists()  # the command was not told
         job.send_signal(signal.SIGTERM)  # end the test: Slurm's own SIGTERM is always passed on
         (tmp_path / "release").touch()
-        job.wait(20)
+        job.wait(HUNG_AFTER)
     finally:
         (tmp_path / "release").touch()
         job.kill()
@@ -271,7 +272,7 @@ def test_a_notice_for_this_attempt_or_of_unknown_attempt_acts(tmp_path, notice_r
         job.send_signal(signal.SIGUSR1)
         _wait_for(tmp_path / "target.log")
         (tmp_path / "release").touch()
-        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+        assert job.wait(HUNG_AFTER) == 0, _read(tmp_path / "job.out")
     finally:
         (tmp_path / "release").touch()
         job.kill()
@@ -289,7 +290,7 @@ def test_a_notice_after_the_command_finished_its_work_is_not_passed_on(tmp_path)
     try:
         _wait_for(tmp_path / "ready")
         job.send_signal(signal.SIGUSR1)
-        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+        assert job.wait(HUNG_AFTER) == 0, _read(tmp_path / "job.out")
     finally:
         job.kill()
     assert "has finished its work: not passed on" in _read(tmp_path / "job.out")

@@ -27,6 +27,7 @@ REASON = "TogetherPreemptionNotified: pair test"
 OPTED = "slurm-preempt:signal=USR1"
 PER_NODE = 10
 INTERVAL = 1.0
+GRACE = 120
 # Waits on a long sleep, so 40 jobs cost nothing; the trap notes each USR1 with its time.
 JOB = """#!/bin/bash
 trap 'echo "usr1 $(date +%s.%N)" >> {work}/rec-$SLURM_JOB_ID' USR1
@@ -61,6 +62,11 @@ class Notifications:
                 self.seen.append(self.sock.recv(4096).decode())
             except BlockingIOError:
                 return "\n".join(self.seen)
+
+
+def _statuses(notify: Notifications) -> int:
+    """How many polls the standby watcher has reported (one STATUS= line after each)."""
+    return notify.text().count("STATUS=")
 
 
 def _usr1(work: Path, job_id: str) -> list[float]:
@@ -115,7 +121,7 @@ def test_sigkill_of_the_acting_watcher_mid_drain_every_job_told_exactly_once(cle
     config = tmp_path / "watch.toml"
     config.write_text("[watch]\nlease_ttl = 8\nslurm_timeout = 5\n")
     argv = [sys.executable, "-m", "slurm_preempt", "watch", "--cluster", "--interval", str(INTERVAL),
-            "--grace", "120", "--config", str(config), "--state-dir", str(state)]  # fmt: skip
+            "--grace", str(GRACE), "--config", str(config), "--state-dir", str(state)]  # fmt: skip
     slow = tmp_path / "slow-bin"
     slow.mkdir()
     (slow / "scancel").write_text(SLOW_SCANCEL.format(scancel=shutil.which("scancel")))
@@ -153,10 +159,13 @@ def test_sigkill_of_the_acting_watcher_mid_drain_every_job_told_exactly_once(cle
             f"takeover {took_over - killed_at:.2f} s after it; "
             f"the rest told {late - took_over:.2f} s after the takeover"
         )
-        # Told by B's own polls, not at the end of a lease or a grace (the figure, printed above, is
-        # ~one poll + 1 s on a quiet machine; bench/ measures it, the test checks what B did).
-        assert late <= took_over + 5 * INTERVAL + 5.0, (late - took_over, late - killed_at)
-        time.sleep(3 * INTERVAL)  # B polls on: nothing is sent twice
+        # Told by B's own polls, not at the end of the grace (120 s, where enforcement would act): the
+        # figure, printed above, is ~one poll + 1 s on a quiet machine and bench/ measures it; the test
+        # only tells the two apart, so a busy machine cannot fail it.
+        assert late - took_over < GRACE / 2, (late - took_over, late - killed_at)
+        polls = _statuses(notify)
+        wait_for(lambda: _statuses(notify) >= polls + 3, 60, 0.1, what="three more polls of B")
+        # B polled on: nothing is sent twice
         counts = {j: len(_usr1(work, j)) for j in every}
         assert sorted(set(counts.values())) == [1], counts  # 0 missed, 0 duplicate
         for job_id in every:
