@@ -29,8 +29,8 @@ from pathlib import Path
 from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.durable import open_dir, write_atomic
 from slurm_preempt.errors import UsageError
-from slurm_preempt.ledger import WRITERS
 from slurm_preempt.resources import data_path
+from slurm_preempt.trust import WRITERS
 
 DEFAULT_PREFIX = Path("/etc/slurm")
 HOOK_NAME = "50-slurm-preempt"
