@@ -387,7 +387,7 @@ def _run_one(path: Path, env: dict[str, str], timeout: float) -> Finding:
         return Finding(False, f"dry run: {path.name} is missing")
     try:
         done = subprocess.run(
-            [str(path)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+            [str(path)], env=env, cwd="/", capture_output=True, text=True, timeout=timeout, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Finding(False, f"dry run: {path.name} could not run ({exc})")
