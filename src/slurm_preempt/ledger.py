@@ -131,7 +131,7 @@ def written_by(event: dict) -> str:
 
 
 def find(
-    state_dir: Path | str, job_id: str, kind: str, owner: int | None = None, **match: str
+    state_dir: Path | str, job_id: str, kind: str, owner: int | None = None, **match: object
 ) -> Path | None:
     """The event file of ``kind`` whose fields equal ``match``; None if none.
 

@@ -178,6 +178,7 @@ class Watcher:
                 self.beat()
             self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
+            self.sent.forget_released(now)
         return result
 
     def _poll_job(self, job_id: str, now: datetime) -> PollResult:
