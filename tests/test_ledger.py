@@ -244,7 +244,9 @@ def test_find_opens_only_the_kind_asked_from_trusted_owners(tmp_path, monkeypatc
         os.chown(path, mallory, mallory)
     opened = []
     real = ledger.read_small
-    monkeypatch.setattr(ledger, "read_small", lambda name, *a, **k: opened.append(name) or real(name, *a, **k))
+    monkeypatch.setattr(
+        ledger, "read_small", lambda name, *a, **kw: opened.append(name) or real(name, *a, **kw)
+    )
     assert ledger.find(tmp_path, "14", "signal_sent", None, event_id="pre1@x") is None
     assert opened == []  # the folder is mallory's, but mallory is not the job's user given
     os.chown(folder, 0, 0)
@@ -255,3 +257,18 @@ def test_find_opens_only_the_kind_asked_from_trusted_owners(tmp_path, monkeypatc
     opened.clear()
     assert ledger.find(tmp_path, "14", "signal_sent", None, event_id="pre2@y") == mine
     assert opened == [mine.name]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_find_parses_at_most_a_bounded_amount_of_the_owners_files(tmp_path, monkeypatch):
+    """The job's own user (a sidecar) is believed for that kind, so padding under that kind's name is
+    the one flood ``find`` would open: past MAX_FIND_BYTES it opens none and says the folder is unreadable."""
+    mallory, _ = ensure_user(MALLORY)
+    monkeypatch.setattr(ledger, "MAX_FIND_BYTES", 50_000)
+    folder = tmp_path / "jobs" / "15"
+    folder.mkdir(parents=True)
+    _flood(folder, 20, 5_000, kind="signal_sent")
+    for path in [folder, *folder.iterdir()]:
+        os.chown(path, mallory, mallory)
+    with pytest.raises(ledger.LedgerUnreadable, match="more than 50000"):
+        ledger.find(tmp_path, "15", "signal_sent", mallory, event_id="pre1@x")

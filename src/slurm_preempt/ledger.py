@@ -72,6 +72,7 @@ MAX_EVENT_BYTES = 64 * 1024
 # ten minutes for four months writes ~17,000 small events, far below the byte bound.
 MAX_ENTRIES = 20_000
 MAX_FOLDER_BYTES = 16 * 1024 * 1024
+MAX_FIND_BYTES = 1024 * 1024  # of one kind, for the watcher's own checks (``find``), which must be quick
 
 
 def job_dir(state_dir: Path | str, job_id: str) -> Path:
@@ -138,7 +139,8 @@ def find(
     For the watcher's own checks (recorded before acting): only names of that kind are looked at, and
     only files of root, a listed writer, this process's user, and ``owner`` (the job's user, a sidecar
     watcher) when the folder is theirs are opened, so whatever else a user keeps in their folder costs
-    a directory listing (bounded by ``MAX_ENTRIES``) and nothing more. Raises ``LedgerUnreadable``."""
+    a directory listing (bounded by ``MAX_ENTRIES``) and nothing more, and what the job's user writes
+    under that kind's name at most ``MAX_FIND_BYTES`` parsed. Raises ``LedgerUnreadable``."""
     folder = job_dir(state_dir, job_id)
     try:
         fd = _open_folder(folder)
@@ -148,9 +150,11 @@ def find(
         uids = writer_uids(state_dir) | {os.geteuid()}
         if owner is not None and os.fstat(fd).st_uid == owner:
             uids |= {owner}
-        for name, info in _entries(fd, folder, f"-{kind}.json"):
-            if info.st_uid not in uids:
-                continue
+        found = [(name, info) for name, info in _entries(fd, folder, f"-{kind}.json") if info.st_uid in uids]
+        total = sum(info.st_size for _name, info in found)
+        if total > MAX_FIND_BYTES:  # the owner's own files of that kind, padded: a sidecar writes ~300 B
+            raise _unreadable(folder, f"{total} bytes of {kind} events, more than {MAX_FIND_BYTES}")
+        for name, info in found:
             event = _read_one(name, fd, info.st_uid)
             if event and event["kind"] == kind and all(event.get(k) == v for k, v in match.items()):
                 return folder / name
