@@ -85,7 +85,9 @@ def record(state_dir: Path | str, job_id: str, kind: str, source: str, **fields)
     if kind not in KINDS:
         raise ValueError(f"unknown ledger event kind {kind!r}")
     folder = job_dir(state_dir, job_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    # 0700: a folder made here first (the watcher's event for a job that has not started) is no one
+    # else's to read; the prolog hands it to the job's user.
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0]
     event = {
         "kind": kind,
