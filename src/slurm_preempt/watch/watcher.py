@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_preempt import optin
+from slurm_preempt import ids, optin
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
@@ -361,9 +361,12 @@ def _event_id(event: NodeEvent) -> str:
 
 
 def state_path(state_dir: Path, job_id: str | None = None, user: str | None = None) -> Path:
-    """The daemon's sent-state, a user watcher's, or a sidecar's per-job one."""
-    name = f"sidecar-{job_id}.json" if job_id else f"user-{user}.json" if user else "sent.json"
-    return Path(state_dir) / "watcher" / name
+    """The daemon's sent-state, a user watcher's, or a sidecar's per-job one. A sidecar keeps its own in
+    its job's ledger folder, which the prolog gave to the job's user (a dot name: no ledger reader looks
+    at it), so no user ever needs to write the watcher's folder, where root's state lives."""
+    if job_id:
+        return Path(state_dir) / "jobs" / ids.job_id(job_id) / ".sidecar-state.json"
+    return Path(state_dir) / "watcher" / (f"user-{user}.json" if user else "sent.json")
 
 
 def load_sent(path: Path) -> SentState:
