@@ -513,3 +513,19 @@ def test_a_member_of_slurmusers_group_cannot_move_other_jobs_folders(tmp_path):
         assert any("sticky" in f.message for f in hooks.check(prefix, _write_conf(base, prefix)) if not f.ok)
     finally:
         _shutil.rmtree(base)
+
+
+@root_only
+def test_the_hooks_log_only_into_a_folder_closed_to_users(tmp_path):
+    """Issue 28 item 7: `log=` is appended to by path; in a folder users may write (sticky or not) a
+    user could swap a link in between the hook's -L check and its `>>`, so nothing is written there."""
+    closed, shared = tmp_path / "closed", tmp_path / "shared"
+    closed.mkdir(mode=0o755)
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for folder, written in ((closed, True), (shared, False)):
+        prefix, state = tmp_path / f"etc-{folder.name}", tmp_path / f"state-{folder.name}"
+        hooks.install(prefix, state, log=str(folder / "hooks.log"))
+        env = {**_env("prolog_slurmd"), "SLURM_JOB_ID": "not-a-job"}
+        assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env).returncode == 0
+        assert (folder / "hooks.log").exists() is written

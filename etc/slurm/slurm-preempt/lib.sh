@@ -20,9 +20,20 @@ SP_HERE=${0%/*}
 
 sp_log() {
 	logger -t slurm-preempt -p daemon.warning -- "$SP_HOOK: $*" 2>/dev/null
-	if [ -n "$SP_LOG" ] && [ ! -L "$SP_LOG" ]; then
+	if [ -n "$SP_LOG" ] && sp_log_closed; then
 		printf '%s %s[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SP_HOOK" "$$" "$*" >>"$SP_LOG" 2>/dev/null
 	fi
+	return 0
+}
+
+# The log file is appended to by path: only in a folder of root's that no one else may write, where no
+# user can put a link (checked with -L first, then followed by `>>`) between the check and the write.
+sp_log_closed() {
+	case $SP_LOG in /*) ;; *) return 1 ;; esac
+	[ ! -L "$SP_LOG" ] || return 1
+	set -- $(stat -c '%u %a %F' -- "${SP_LOG%/*}/." 2>/dev/null)
+	[ "$1" = 0 ] && [ "$3" = directory ] || return 1
+	case $2 in *[2367] | *[2367]?) return 1 ;; esac
 	return 0
 }
 

@@ -216,8 +216,9 @@ class Watcher:
             return True
         holding = self.lease.hold()
         if holding and not self._holding:
-            # Taken over (or back): what the other watcher did is in the shared state and outbox.
-            self.sent = sentstate.load(self.sent.path) if self.sent.path else self.sent
+            # Taken over (or back): what the other watcher did is in the shared state and outbox,
+            # loaded as at start (a file of another uid is not believed, a corrupt one set aside).
+            self.sent = load_sent(self.sent.path) if self.sent.path else self.sent
             self.ctx.sent = self.sent
         self._holding = holding
         return holding
