@@ -24,9 +24,10 @@ owner of the job's folder.
 Robust to what a user can put in their own folder: names that are not events, numbers of any size,
 links, FIFOs, huge files, renamed root files, and floods of them: a folder past ``MAX_ENTRIES`` names
 or ``MAX_FOLDER_BYTES`` of events is not read at all (``LedgerUnreadable``, logged once), and the
-watcher's own checks (``find``) open only names of one kind from the owners it believes. The order and time of an event come from its content
-(root's files cannot be edited by the folder's owner, only renamed); the nanoseconds in a file's name
-are used only when they agree with the time inside it, so renaming a root file moves nothing.
+watcher's own checks (``find``) open only names of one kind from the owners it believes. The order
+and time of an event come from its content (root's files cannot be edited by the folder's owner, only
+renamed); the nanoseconds in a file's name are used only when they agree with the time inside it, so
+renaming a root file moves nothing.
 Import-light: standard library only.
 """
 
