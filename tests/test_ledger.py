@@ -272,3 +272,20 @@ def test_find_parses_at_most_a_bounded_amount_of_the_owners_files(tmp_path, monk
         os.chown(path, mallory, mallory)
     with pytest.raises(ledger.LedgerUnreadable, match="more than 50000"):
         ledger.find(tmp_path, "15", "signal_sent", mallory, event_id="pre1@x")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_a_folder_of_another_user_than_the_jobs_speaks_for_nothing(tmp_path):
+    """Issue 28 item 3, for readers: root's attempt_start names the job's uid; a folder of someone else
+    (an earlier job's with this id, kept where no prolog moved it) has none of its owner's events believed."""
+    mallory, _ = ensure_user(MALLORY)
+    alice_uid = mallory + 1
+    ledger.record(tmp_path, "16", "attempt_start", source="hook", uid=str(alice_uid))
+    folder = ledger.job_dir(tmp_path, "16")
+    os.chown(folder, mallory, mallory)
+    planted = ledger.record(tmp_path, "16", "requeued", source="job", event_id="pre1@x")
+    os.chown(planted, mallory, mallory)
+    assert [e["kind"] for e in ledger.trusted_events(tmp_path, "16")] == ["attempt_start"]
+    os.chown(folder, alice_uid, alice_uid)
+    os.chown(planted, alice_uid, alice_uid)
+    assert [e["kind"] for e in ledger.trusted_events(tmp_path, "16")] == ["attempt_start", "requeued"]

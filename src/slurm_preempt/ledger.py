@@ -117,13 +117,23 @@ def events(state_dir: Path | str, job_id: str) -> list[dict]:
 
 
 def trusted_events(state_dir: Path | str, job_id: str) -> list[dict]:
-    """The events a report may believe: root's of every kind, the job owner's only of job kinds."""
-    return [e for e in events(state_dir, job_id) if believed(e)]
+    """The events a report may believe: root's of every kind, the job owner's only of job kinds, and
+    only when the folder is the job's user's (the uid root's ``attempt_start`` names): a folder of an
+    earlier job with this id, of another user, speaks for none of this job."""
+    found = events(state_dir, job_id)
+    users = {str(e["uid"]) for e in found if e["_trusted"] and e["kind"] == "attempt_start" and e.get("uid")}
+    for event in found:
+        event["_folder_is_users"] = not users or str(event["_folder_uid"]) in users
+    return [e for e in found if believed(e)]
 
 
 def believed(event: dict) -> bool:
-    """Root's (or a listed writer's) event, or one of a job kind from the owner of the job's folder."""
-    return event["_trusted"] or (event["kind"] not in ROOT_KINDS and event["_uid"] == event["_folder_uid"])
+    """Root's (or a listed writer's) event, or one of a job kind from the owner of the job's folder
+    (when that folder is the job's user's, as far as root's records say)."""
+    if event["_trusted"]:
+        return True
+    owners = event["_uid"] == event["_folder_uid"] and event.get("_folder_is_users", True)
+    return event["kind"] not in ROOT_KINDS and owners
 
 
 def written_by(event: dict) -> str:
@@ -133,7 +143,8 @@ def written_by(event: dict) -> str:
         return "root"
     if event["_writer"]:
         return "writer"
-    return "owner" if event["_uid"] == event["_folder_uid"] else "other"
+    owners = event["_uid"] == event["_folder_uid"] and event.get("_folder_is_users", True)
+    return "owner" if owners else "other"
 
 
 def find(
