@@ -304,19 +304,21 @@ class Outbox:
 def isolated_python() -> list[str]:
     """This interpreter, started so that nothing in its working directory is imported: ``python -m``
     puts the current folder first on ``sys.path``, and a watcher an admin started from a folder a user
-    can write would run that user's ``slurm_preempt/watch/sender.py`` as root. ``-P`` (3.11+) leaves the
-    folder out and keeps ``PYTHONPATH`` (an install that lives there); ``-I`` on 3.10 also drops it."""
-    return [sys.executable, "-P" if sys.version_info >= (3, 11) else "-I"]
+    can write would run that user's ``slurm_preempt/watch/sender.py`` as root. The helper runs from
+    "/" (``cwd``), and ``-P`` (3.11+) leaves even that out; ``PYTHONPATH`` and the user's site stay, for
+    installs that live there (``-I`` would drop them; on 3.10 "/" is the first entry, which only root
+    may write)."""
+    return [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
 
 
 def isolated_env() -> dict[str, str]:
     """This environment with only absolute ``PYTHONPATH`` entries (an empty or relative one names the
-    working directory) and no ``PYTHONSTARTUP``/``PYTHONUSERBASE`` to run or add someone's code."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONHOME")}
+    working directory), and for root no ``PYTHONUSERBASE`` (a user site somewhere else than root's)."""
+    dropped = ("PYTHONUSERBASE",) if os.geteuid() == 0 else ()
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     if "PYTHONPATH" in env:
         kept = [entry for entry in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(entry)]
         env["PYTHONPATH"] = os.pathsep.join(kept)
         if not kept:
             del env["PYTHONPATH"]
-    env["PYTHONNOUSERSITE"] = "1"
     return env
