@@ -93,6 +93,8 @@ def test_nothing_to_cancel_runs_nothing_and_bad_names_never_reach_an_argv():
         nowhere.cancel_many(["12", "--user=alice"])
     with pytest.raises(UsageError, match="not a Slurm cluster name"):
         nowhere.add_cluster("prod where name=x")
+    with pytest.raises(UsageError, match="not a Slurm job id"):  # issue 28 item 7: release checked too
+        nowhere.release("--help")
 
 
 def test_slurms_words_for_a_job_that_is_gone(clean_cluster, tmp_path):

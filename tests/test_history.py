@@ -264,3 +264,30 @@ def test_history_of_an_array_task_named_a_t(tmp_path):
     assert history.run_history("40_2", tmp_path, slurm=ended).job_id == "41"
     with pytest.raises(UsageError, match="cannot tell which job array task 40_2 is"):
         history.run_history("40_2", tmp_path, slurm=_Slurm())
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root to make files of another owner")
+def test_history_says_who_wrote_each_event(tmp_path):
+    """Issue 28: a notice recorded by the job's owner (their sidecar, or their own say-so) is shown as
+    theirs, not as the cluster watcher's; the counts by writer are in the text and the JSON."""
+    import json
+    import os
+
+    from hostileusers import MALLORY, ensure_user
+    from slurm_preempt import ledger
+
+    mallory, _ = ensure_user(MALLORY)
+    job = "31"
+    ledger.record(tmp_path, job, "attempt_start", source="hook", restart_count=0, nodes="pre1")
+    folder = ledger.job_dir(tmp_path, job)
+    os.chown(folder, mallory, mallory)
+    claimed = ledger.record(
+        tmp_path, job, "notice_sent", source="watcher", event_id="pre1@2026-01-01T00:00:00Z"
+    )
+    os.chown(claimed, mallory, mallory)
+    found = history.from_ledger(job, tmp_path)
+    assert found.events_by == {"root": 1, "owner": 1}
+    assert found.attempts[0].notice_by == "owner"
+    text = history.history_text(found)
+    assert "(from the job's owner)" in text and "events written by: job's owner 1, root 1" in text
+    assert json.loads(json.dumps(found.to_json()))["attempts"][0]["notice_by"] == "owner"

@@ -220,12 +220,12 @@ def test_non_root_slurm_user_can_record_ends_and_is_trusted():
         prefix, state = base / "etc", base / "state"
         hooks.install(prefix, state, slurm_user="slurm")
         jobs = state / "jobs"
-        assert (jobs.stat().st_gid, oct(jobs.stat().st_mode & 0o777)) == (slurm_gid, "0o775")
+        assert (jobs.stat().st_gid, oct(jobs.stat().st_mode & 0o7777)) == (slurm_gid, "0o1775")
         env = {**_env("prolog_slurmd"), "SLURM_JOB_UID": str(job_uid), "SLURM_JOB_GID": str(job_gid)}
         assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env).returncode == 0
         folder = jobs / env["SLURM_JOB_ID"]
         info = folder.stat()
-        assert (info.st_uid, info.st_gid, oct(info.st_mode & 0o777)) == (job_uid, slurm_gid, "0o770")
+        assert (info.st_uid, info.st_gid, oct(info.st_mode & 0o7777)) == (job_uid, slurm_gid, "0o1770")
         ctld_env = {**_env("epilog_slurmctld_node_fail"), "SLURM_JOB_UID": str(job_uid)}
         ctld = [f"{k}={v}" for k, v in ctld_env.items()]
         hook = prefix / "slurm-preempt" / "epilog-slurmctld"
@@ -409,3 +409,123 @@ def test_install_follows_an_admins_own_symlink(tmp_path):
     os.symlink(real, tmp_path / "etc")
     hooks.install(tmp_path / "etc", tmp_path / "state")
     assert (real / "slurm-preempt" / "lib.sh").is_file()
+
+
+# ---------------------------------------------------------------------------------------- issue 28
+
+
+@root_only
+def test_a_reused_job_id_gets_a_folder_of_its_own(installed):
+    """Item 3: jobs/<id>/ of an earlier job of another user (Slurm reused the id) holds events she
+    planted for the next job with that id; the prolog of the new job's first attempt moves it aside and
+    gives the new job a fresh folder of its user's, so nothing of hers is read or believed for it."""
+    prefix, state, _conf = installed
+    mallory, _ = ensure_user(MALLORY)
+    job_uid, job_gid = _user("sphooks")
+    env = {**_env("prolog_slurmd"), "SLURM_JOB_UID": str(job_uid), "SLURM_JOB_GID": str(job_gid)}
+    job = env["SLURM_JOB_ID"]
+    old = ledger.job_dir(state, job)
+    old.mkdir(mode=0o700)
+    planted = old / "9-x-1-signal_sent.json"
+    planted.write_text(
+        json.dumps({"kind": "signal_sent", "job_id": job, "event_id": "pre1@2026-01-01T00:00:00Z"})
+    )
+    for path in (old, planted):
+        os.chown(path, mallory, mallory)
+    assert (
+        _run(prefix / "prolog.d" / hooks.HOOK_NAME, {**env, "SLURM_JOB_RESTART_COUNT": "0"}).returncode == 0
+    )
+    info = old.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (job_uid, 0o700)
+    assert [e["kind"] for e in ledger.events(state, job)] == ["attempt_start"]
+    aside = [p for p in (state / "jobs").iterdir() if p.name.startswith(f".earlier-{job}-")]
+    assert len(aside) == 1 and (aside[0] / planted.name).exists() and ledger.job_ids(state) == [job]
+    assert ledger.find(state, job, "signal_sent", job_uid, event_id="pre1@2026-01-01T00:00:00Z") is None
+
+
+@root_only
+def test_a_later_attempt_and_a_sibling_node_keep_the_jobs_folder(installed):
+    """Only restart count 0 moves anything, and only a folder of someone else (or root's, with an
+    attempt already started): another node's prolog of the same allocation, or a requeued run, keep it."""
+    prefix, state, _conf = installed
+    job_uid, job_gid = _user("sphooks")
+    env = {**_env("prolog_slurmd"), "SLURM_JOB_UID": str(job_uid), "SLURM_JOB_GID": str(job_gid)}
+    job = env["SLURM_JOB_ID"]
+    hook = prefix / "prolog.d" / hooks.HOOK_NAME
+    ledger.record(state, job, "fallback", source="watcher")  # root's, before the job ever started
+    assert stat.S_IMODE(ledger.job_dir(state, job).stat().st_mode) == 0o700
+    for restart in ("0", "0", "1"):
+        assert _run(hook, {**env, "SLURM_JOB_RESTART_COUNT": restart}).returncode == 0
+    assert ledger.job_dir(state, job).stat().st_uid == job_uid  # root's folder handed over
+    kinds = sorted(e["kind"] for e in ledger.events(state, job))
+    assert kinds == ["attempt_start", "attempt_start", "attempt_start", "fallback"]
+    assert not [p for p in (state / "jobs").iterdir() if p.name.startswith(".earlier-")]
+
+
+@root_only
+def test_a_member_of_slurmusers_group_cannot_move_other_jobs_folders(tmp_path):
+    """Item 6: with a non-root SlurmUser, jobs/ is its group's to write; with the sticky bit a member of
+    that group (here sp-mallory, given the group) can neither rename another job's folder (to race the
+    epilog's move into it) nor delete it; a jobs/ without the sticky bit is refused by the hooks."""
+    import shutil as _shutil
+    import tempfile
+
+    _slurm_uid, slurm_gid = _user("slurm")
+    mallory, mallory_gid = ensure_user(MALLORY)
+    job_uid, job_gid = _user("sphooks")
+    base = Path(tempfile.mkdtemp(prefix="sp-hooks-group-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    try:
+        prefix, state = base / "etc", base / "state"
+        hooks.install(prefix, state, slurm_user="slurm")
+        env = {**_env("prolog_slurmd"), "SLURM_JOB_UID": str(job_uid), "SLURM_JOB_GID": str(job_gid)}
+        assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env).returncode == 0
+        jobs, job = state / "jobs", env["SLURM_JOB_ID"]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child: mallory, a member of SlurmUser's group
+            os.close(read)
+            outcome = b""
+            try:
+                os.setgroups([slurm_gid])
+                os.setgid(mallory_gid)
+                os.setuid(mallory)
+                for act in (lambda: os.rename(jobs / job, jobs / "x"), lambda: os.rmdir(jobs / job)):
+                    try:
+                        act()
+                        outcome += b"done "
+                    except PermissionError:
+                        outcome += b"refused "
+                    except OSError:
+                        outcome += b"other "
+            finally:
+                os.write(write, outcome)
+                os._exit(0)
+        os.close(write)
+        os.waitpid(pid, 0)
+        assert os.read(read, 100).split() == [b"refused", b"refused"]
+        os.close(read)
+        os.chmod(jobs, 0o775)  # an install from before: group-writable, no sticky bit
+        (state / "before").mkdir()
+        env2 = {**env, "SLURM_JOB_ID": str(int(job) + 1)}
+        assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env2).returncode == 0
+        assert not ledger.job_dir(state, env2["SLURM_JOB_ID"]).exists()  # refused: nothing recorded
+        assert any("sticky" in f.message for f in hooks.check(prefix, _write_conf(base, prefix)) if not f.ok)
+    finally:
+        _shutil.rmtree(base)
+
+
+@root_only
+def test_the_hooks_log_only_into_a_folder_closed_to_users(tmp_path):
+    """Issue 28 item 7: `log=` is appended to by path; in a folder users may write (sticky or not) a
+    user could swap a link in between the hook's -L check and its `>>`, so nothing is written there."""
+    closed, shared = tmp_path / "closed", tmp_path / "shared"
+    closed.mkdir(mode=0o755)
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for folder, written in ((closed, True), (shared, False)):
+        prefix, state = tmp_path / f"etc-{folder.name}", tmp_path / f"state-{folder.name}"
+        hooks.install(prefix, state, log=str(folder / "hooks.log"))
+        env = {**_env("prolog_slurmd"), "SLURM_JOB_ID": "not-a-job"}
+        assert _run(prefix / "prolog.d" / hooks.HOOK_NAME, env).returncode == 0
+        assert (folder / "hooks.log").exists() is written

@@ -83,3 +83,65 @@ def test_hostile_jobs_on_a_drained_node_never_steer_the_root_watcher(clean_clust
     assert cl.slurm.job("424242") is None
     signalled = {e["job_id"] for e in lines if e.get("event") == "signal_sent"}
     assert signalled == {victim, hostile[0]}  # the two that opted in; mallory's second did not
+
+
+def _plant_sender(folder: Path, marker: Path) -> None:
+    """A user's `slurm_preempt/watch/sender.py` in a folder they can write (issue 28 item 5)."""
+    package = folder / "slurm_preempt" / "watch"
+    package.mkdir(parents=True)
+    for init in (package.parent / "__init__.py", package / "__init__.py"):
+        init.write_text("")
+    (package / "sender.py").write_text(f"open({str(marker)!r}, 'w').write('planted code ran')\n")
+
+
+def test_a_flooded_folder_a_fifo_notice_and_a_planted_sender_steer_nothing(clean_cluster, tmp_path):
+    """Issue 28, as sp-mallory would act: her job's ledger folder (hers, as the prolog leaves it) holds
+    10,000 files of 63 KB named like the watcher's own signal records, her notice is a FIFO, and the
+    admin starts the root watcher from a folder where she planted `slurm_preempt/watch/sender.py`. One
+    poll of the real `watch --cluster --once --json` still tells every job on the drained nodes, her own
+    included (her folder is unreadable, not a reason to skip her), and never runs her code."""
+    cl = clean_cluster
+    alice, _ = ensure_user(ALICE)
+    mallory, _ = ensure_user(MALLORY)
+    victims = [
+        _sbatch(ALICE, node, f"--comment={OPTED}", "-J", "victim") for node in ("pre1", "pre2", "pre1")
+    ]
+    hers = _sbatch(MALLORY, "pre1", f"--comment={OPTED}", "-J", "flood")
+    for job_id in [*victims, hers]:
+        cl.wait_state(job_id, "RUNNING", timeout=60)
+        wait_signal_age(cl.slurm, job_id)
+    state = tmp_path / "state"
+    for job_id, uid in [*((v, alice) for v in victims), (hers, mallory)]:
+        folder = state / "jobs" / job_id
+        folder.mkdir(parents=True, mode=0o700)
+        os.chown(folder, uid, uid)  # what the prolog does
+    flood = state / "jobs" / hers
+    pad = json.dumps({"kind": "signal_sent", "job_id": hers, "p": [{}] * 15_740}).encode()
+    (flood / "0-x-1-signal_sent.json").write_bytes(pad)
+    os.chown(flood / "0-x-1-signal_sent.json", mallory, mallory)
+    for index in range(1, 10_000):
+        os.link(flood / "0-x-1-signal_sent.json", flood / f"{index}-x-1-signal_sent.json")
+    (state / "notices").mkdir()
+    os.mkfifo(state / "notices" / f"{hers}.json")
+    os.chown(state / "notices" / f"{hers}.json", mallory, mallory)
+    workdir, marker = tmp_path / "admin-cwd", tmp_path / "planted-ran"
+    _plant_sender(workdir, marker)
+    cl.slurm.drain(["pre1", "pre2"], REASON)
+
+    argv = [str(Path(sys.executable).parent / "slurm-preempt"), "watch", "--cluster", "--once", "--json",
+            "--allow-preemptible-host", "--state-dir", str(state)]  # fmt: skip
+    # The console script (as systemd starts it) puts its own folder first on sys.path, not the working
+    # directory; the signal helper it starts is `python -m`, which would put that directory first.
+    done = subprocess.run(
+        argv, capture_output=True, env=os.environ.copy(), cwd=workdir, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    signalled = {e["job_id"] for e in lines if e.get("event") == "signal_sent"}
+    assert signalled == {*victims, hers}
+    assert not marker.exists()
+    assert b"not read" in done.stderr  # her folder said unreadable, once, in the log
+    for job_id in victims:
+        wait_for(lambda j=job_id: Path(f"/tmp/sp-hostile-{j}").exists(), 30, what=f"job {job_id}'s USR1")
+        assert read_notice(state / "notices" / f"{job_id}.json").node in ("pre1", "pre2")
+    assert read_notice(state / "notices" / f"{hers}.json").node == "pre1"  # replaced, never read as a FIFO

@@ -13,6 +13,7 @@ import pytest
 
 from clusterutil import cluster_dir, release, running_cluster, slurm_problem, wait_for
 from fakeslurm import Clock, FakeSlurm
+from hostileusers import MALLORY, as_user, ensure_user
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.records import history
@@ -22,7 +23,7 @@ from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch import launchhold
 from slurm_preempt.watch.sentstate import SentState
 from slurm_preempt.watch.settings import Settings
-from slurm_preempt.watch.watcher import Watcher
+from slurm_preempt.watch.watcher import Watcher, load_sent
 
 PROLOG = """#!/bin/sh
 # Fails the launch of jobs the test marked; never anything else.
@@ -178,6 +179,41 @@ def test_released_once_per_job_then_left_held(tmp_path, caplog):
     assert any("stays held" in r.getMessage() for r in caplog.records)
     kinds = [(e["kind"], e["released"]) for e in ledger.events(tmp_path, "7")]
     assert kinds == [("launch_held", True), ("launch_held", False)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_the_owner_deleting_the_launch_held_event_never_gets_a_second_release(tmp_path):
+    """Issue 28 item 2: the job runs (the state forgets it: no longer pending), its owner deletes root's
+    ``launch_held`` event from their own folder, the job fails to launch again past MaxBatchRequeue, and
+    a restarted watcher (state from disk) still leaves it held."""
+    clock = Clock()
+    slurm = FakeSlurm(clock)
+    path = tmp_path / "watcher" / "sent.json"
+    watcher = Watcher(slurm, Settings(interval=1.0), SentState(path), tmp_path, clock=clock)
+    job = slurm.add_job(
+        "17", comment=OPT_IN.split("=", 1)[1], reason=launchhold.LAUNCH_FAILED, restart_count=1
+    )
+    watcher.poll_once()
+    assert len(slurm.called("release")) == 1
+    job.state, job.reason = "RUNNING", ""
+    watcher.poll_once()  # no longer pending: its restart record is forgotten
+    folder = ledger.job_dir(tmp_path, "17")
+    uid, gid = ensure_user(MALLORY)
+    os.chown(folder, uid, gid)  # the prolog's hand-over: the folder is the job's user's
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # pytest's tmp_path is root's 0700 above it
+
+    def delete_roots_events():
+        for name in os.listdir(fd):
+            os.unlink(name, dir_fd=fd)
+
+    _pid, status = os.waitpid(as_user(MALLORY, delete_roots_events), 0)
+    os.close(fd)
+    assert status == 0 and os.listdir(folder) == []
+    job.state, job.reason, job.restart_count = "REQUEUE_HOLD", launchhold.LIMIT_REACHED[0], 5
+    restarted = Watcher(slurm, Settings(interval=1.0), load_sent(path), tmp_path, clock=clock)
+    restarted.poll_once()
+    assert len(slurm.called("release")) == 1
 
 
 def test_past_max_batch_requeue_the_hold_is_found_and_released(tmp_path):

@@ -186,3 +186,106 @@ def test_root_recording_into_a_folder_a_real_user_races(tmp_path):
     assert (info.st_uid, info.st_mode & 0o777, secret.read_text()) == (0, 0o600, "root only"), outcomes
     assert sum(outcomes.values()) == 300
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs", "secret", "stop"]
+
+
+# ------------------------------------------------------------------ bounds (issue 28, item 1)
+
+
+def _flood(folder: Path, count: int, size: int, kind: str = "checkpoint_saved") -> None:
+    """What a user can keep in their own job folder: many event-shaped files of padding."""
+    pad = json.dumps({"kind": kind, "job_id": folder.name, "p": [{}] * ((size - 40) // 4)})
+    for index in range(count):
+        (folder / f"{index}-x-1-{kind}.json").write_text(pad)
+
+
+def test_a_folder_past_the_entry_bound_is_unreadable_and_said_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(ledger, "MAX_ENTRIES", 50)
+    ledger.record(tmp_path, "11", "attempt_start", source="hook")
+    folder = tmp_path / "jobs" / "11"
+    for index in range(60):
+        (folder / f"junk-{index}").write_text("")  # names that are no events count as well
+    for _ in range(3):
+        with pytest.raises(ledger.LedgerUnreadable):
+            ledger.events(tmp_path, "11")
+    assert sum("not read: more than 50 entries" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_folder_past_the_byte_bound_is_not_parsed(tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger, "MAX_FOLDER_BYTES", 200_000)
+    ledger.record(tmp_path, "12", "attempt_start", source="hook")
+    _flood(tmp_path / "jobs" / "12", 10, 63_000)
+    parsed = []
+    real = ledger.json.loads
+    monkeypatch.setattr(ledger.json, "loads", lambda data: parsed.append(1) or real(data))
+    with pytest.raises(ledger.LedgerUnreadable):
+        ledger.events(tmp_path, "12")
+    assert parsed == []  # sized from the listing, before any file is opened
+
+
+def test_padding_inside_an_event_is_not_kept(tmp_path):
+    folder = tmp_path / "jobs" / "13"
+    folder.mkdir(parents=True)
+    _flood(folder, 1, 60_000)
+    (event,) = ledger.events(tmp_path, "13")
+    assert "p" not in event and event["kind"] == "checkpoint_saved"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_find_opens_only_the_kind_asked_from_trusted_owners(tmp_path, monkeypatch):
+    """The watcher's own check (told once) on a folder its owner flooded with files of that very kind:
+    none of theirs is opened unless the folder is the job's user's, and the watcher's record is found."""
+    mallory, _ = ensure_user(MALLORY)
+    ledger.record(tmp_path, "14", "attempt_start", source="hook")
+    folder = tmp_path / "jobs" / "14"
+    _flood(folder, 200, 2_000, kind="signal_sent")
+    forged = folder / "9-x-1-signal_sent.json"
+    forged.write_text(json.dumps({"kind": "signal_sent", "job_id": "14", "event_id": "pre1@x"}))
+    for path in folder.iterdir():
+        os.chown(path, mallory, mallory)
+    opened = []
+    real = ledger.read_small
+    monkeypatch.setattr(
+        ledger, "read_small", lambda name, *a, **kw: opened.append(name) or real(name, *a, **kw)
+    )
+    assert ledger.find(tmp_path, "14", "signal_sent", None, event_id="pre1@x") is None
+    assert opened == []  # the folder is mallory's, but mallory is not the job's user given
+    os.chown(folder, 0, 0)
+    assert ledger.find(tmp_path, "14", "signal_sent", mallory, event_id="pre1@x") is None  # not theirs
+    os.chown(folder, mallory, mallory)
+    assert ledger.find(tmp_path, "14", "signal_sent", mallory, event_id="pre1@x") == forged  # a sidecar's
+    mine = ledger.record(tmp_path, "14", "signal_sent", source="watcher", event_id="pre2@y")
+    opened.clear()
+    assert ledger.find(tmp_path, "14", "signal_sent", None, event_id="pre2@y") == mine
+    assert opened == [mine.name]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_find_parses_at_most_a_bounded_amount_of_the_owners_files(tmp_path, monkeypatch):
+    """The job's own user (a sidecar) is believed for that kind, so padding under that kind's name is
+    the one flood ``find`` would open: past MAX_FIND_BYTES it opens none and says the folder is unreadable."""
+    mallory, _ = ensure_user(MALLORY)
+    monkeypatch.setattr(ledger, "MAX_FIND_BYTES", 50_000)
+    folder = tmp_path / "jobs" / "15"
+    folder.mkdir(parents=True)
+    _flood(folder, 20, 5_000, kind="signal_sent")
+    for path in [folder, *folder.iterdir()]:
+        os.chown(path, mallory, mallory)
+    with pytest.raises(ledger.LedgerUnreadable, match="more than 50000"):
+        ledger.find(tmp_path, "15", "signal_sent", mallory, event_id="pre1@x")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another owner")
+def test_a_folder_of_another_user_than_the_jobs_speaks_for_nothing(tmp_path):
+    """Issue 28 item 3, for readers: root's attempt_start names the job's uid; a folder of someone else
+    (an earlier job's with this id, kept where no prolog moved it) has none of its owner's events believed."""
+    mallory, _ = ensure_user(MALLORY)
+    alice_uid = mallory + 1
+    ledger.record(tmp_path, "16", "attempt_start", source="hook", uid=str(alice_uid))
+    folder = ledger.job_dir(tmp_path, "16")
+    os.chown(folder, mallory, mallory)
+    planted = ledger.record(tmp_path, "16", "requeued", source="job", event_id="pre1@x")
+    os.chown(planted, mallory, mallory)
+    assert [e["kind"] for e in ledger.trusted_events(tmp_path, "16")] == ["attempt_start"]
+    os.chown(folder, alice_uid, alice_uid)
+    os.chown(planted, alice_uid, alice_uid)
+    assert [e["kind"] for e in ledger.trusted_events(tmp_path, "16")] == ["attempt_start", "requeued"]

@@ -177,3 +177,26 @@ def test_the_helper_sends_each_intent_named_on_its_pipe_and_exits_when_the_pipe_
     assert sorted(p.name for p in folder.iterdir()) == ["1.done", "2.done"]
     calls = sorted(Path(env["SP_RECORD"]).read_text().splitlines())
     assert calls == ["--signal=USR1 --batch 10_2", "--signal=USR1 --batch 11"]
+
+
+def test_the_helper_never_imports_from_the_watchers_working_directory(tmp_path, monkeypatch):
+    """Issue 28 item 5: an admin starts the watcher from a folder a user can write, where that user
+    planted ``slurm_preempt/watch/sender.py``; the helper runs ours, from "/", and the plant never runs."""
+    env = _stub_scancel(tmp_path)
+    planted = tmp_path / "cwd" / "slurm_preempt" / "watch"
+    planted.mkdir(parents=True)
+    marker = tmp_path / "planted-ran"
+    for init in (planted.parent / "__init__.py", planted / "__init__.py"):
+        init.write_text("")
+    (planted / "sender.py").write_text(f"open({str(marker)!r}, 'w').write(__import__('os').getcwd())\n")
+    monkeypatch.chdir(planted.parent.parent)
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["", ".", *sys.path[1:2]]))  # relative entries too
+    folder = tmp_path / "outbox"
+    box = Outbox(folder, Recorder(), detached=True, timeout=20)
+    batches = _queued(box, [("USR1", ITEMS[:1])])
+    finished, in_flight = box.send(batches)
+    box.close()
+    assert not marker.exists()
+    assert (len(finished), in_flight) == (1, set())
+    assert Path(env["SP_RECORD"]).read_text().split() == ["--signal=USR1", "--batch", "11"]

@@ -206,3 +206,23 @@ def test_a_job_whose_history_raises_is_skipped_and_named(tmp_path, monkeypatch):
     assert [j.job_id for j in report.jobs] == ["5"] and report.unreadable == {"6": "ValueError: hostile"}
     assert "1 job(s) skipped" in reportmod.report_text(report)
     assert report.to_json()["unreadable"] == {"6": "ValueError: hostile"}
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root to make files of another owner")
+def test_report_says_which_events_the_jobs_owner_wrote(tmp_path):
+    """Issue 28: a job's figures that rest on its owner's word (their events) say so, in text and JSON."""
+    import os
+
+    from hostileusers import MALLORY, ensure_user
+    from slurm_preempt import ledger
+
+    mallory, _ = ensure_user(MALLORY)
+    ledger.record(
+        tmp_path, "41", "attempt_start", source="hook", restart_count=0, nodes="pre1", cpus_per_node="1"
+    )
+    os.chown(ledger.job_dir(tmp_path, "41"), mallory, mallory)
+    saved = ledger.record(tmp_path, "41", "checkpoint_saved", source="job", step=1)
+    os.chown(saved, mallory, mallory)
+    built = report.build_report(tmp_path, report.Prices.from_config({}))
+    assert built.jobs[0].to_json()["events_by"] == {"root": 1, "owner": 1}
+    assert "1 of its events written by the job's owner, not root" in report.report_text(built)

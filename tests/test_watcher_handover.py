@@ -182,3 +182,34 @@ def test_a_job_moved_after_a_failed_launch_is_known_to_the_next_watcher(world):
     world.watcher().poll_once()
     assert fake.called("update_job")[before:] == [{"job_id": "7", "starttime": "now"}]
     assert len(fake.called("release")) == 1
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="needs root to make files of another owner")
+def test_a_state_file_of_another_user_is_not_believed_on_taking_over(world, caplog):
+    """Issue 28 item 7: the standby loads the shared state when it takes over, with the owner check it
+    makes at start; a state another user put in its place (saying every job was told) is ignored."""
+    import json
+    import os
+
+    from hostileusers import MALLORY, ensure_user
+    from slurm_preempt.watch.watcher import state_path
+
+    fake = world.slurm
+    ids = _jobs_on_every_node(fake, 4)
+    a_ticks, b_ticks = Ticks(), Ticks()
+    a, b = world.pair_member("hostA", a_ticks), world.pair_member("hostB", b_ticks)
+    a.poll_once()
+    assert b.poll_once().standby
+    path = state_path(world.state_dir)
+    forged = json.loads(path.read_text())
+    forged["told"] = {f"{j}|{fake.job(j).nodes[0]}": {"event_id": "x", "notice": "2026-01-01T00:00:00Z",
+                      "signal": "2026-01-01T00:00:00Z"} for j in ids}  # fmt: skip
+    path.write_text(json.dumps(forged))
+    mallory, _ = ensure_user(MALLORY)
+    os.chown(path, mallory, mallory)
+    b_ticks.now += 30  # A is gone
+    fake.drain(["pre1"], REASON)
+    with caplog.at_level(logging.WARNING):
+        took_over = b.poll_once()
+    assert not took_over.standby and took_over.actions.get("signal_sent") == 1  # the job on pre1
+    assert any("not to us" in r.getMessage() for r in caplog.records)

@@ -101,7 +101,9 @@ def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_clu
         state = home / "state"
         wait_for((state / "watcher" / f"user-{USER}.json").exists, 30, what="the user watcher's first poll")
         cl.slurm.drain([node], REASON)  # the provider, as root
-        notice = wait_for(lambda: read_notice(notice_path(state, job_id)), 20, 0.1, what="the notice")
+        # Written by the user's watcher: root believes it only as that user's file (read_notice's owners).
+        mine = {uid}
+        notice = wait_for(lambda: read_notice(notice_path(state, job_id), mine), 20, 0.1, what="the notice")
         assert notice.node == node
         left = _moment(cl, job_id, lambda j: j.restart_count == 1 and j.state != "RUNNING", "the job leaving")
         back = _moment(cl, job_id, lambda j: j.restart_count == 1 and j.state == "RUNNING", "running again")
@@ -113,7 +115,7 @@ def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_clu
         kinds = [e["kind"] for e in ledger.events(state, job_id)]
         assert kinds == ["notice_sent", "signal_sent", "fast_restart"]
         assert {os.stat(p).st_uid for p in ledger.job_dir(state, job_id).iterdir()} == {uid}
-        assert read_notice(notice_path(state, other)) is None and cl.job(other).state == "RUNNING"
+        assert not notice_path(state, other).exists() and cl.job(other).state == "RUNNING"
         # One log (%x-%j.out), or one per attempt (%x-%j.%r.out, sbatch's default from Slurm 25.11).
         logs = sorted(job_dir.glob(f"mine-{job_id}.*out"))
         assert logs and "SIGUSR1" in "".join(p.read_text() for p in logs), logs

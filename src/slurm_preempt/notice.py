@@ -18,12 +18,15 @@ clocks. Import-light: the job-side library reads notices with nothing but the st
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from slurm_preempt import ids
 from slurm_preempt.durable import write_atomic
+from slurm_preempt.trust import read_small, writer_uids
 
 VERSION = 1
 ENV_NOTICE = "SLURM_PREEMPT_NOTICE"  # where a job reads its notice (the TaskProlog exports it)
@@ -139,10 +142,20 @@ def write_notice(path: Path | str, notice: Notice, mode: int = 0o644) -> Path:
     return write_atomic(path, json.dumps(notice.to_json()), mode)
 
 
-def read_notice(path: Path | str) -> Notice | None:
-    """The notice at ``path``, or None when there is none (or it is not a valid notice)."""
+MAX_NOTICE_BYTES = 64 * 1024
+
+
+def read_notice(path: Path | str, owners: Collection[int] | None = None) -> Notice | None:
+    """The notice at ``path``, or None when there is none (or it is not a valid notice).
+
+    Read like an event (``trust.read_small``): never through a link, never blocking on a FIFO, at most
+    ``MAX_NOTICE_BYTES``, and only a file of ``owners``: by default root, the listed writers of the
+    state folder the path is in (``<state>/notices/<job>.json``), and this process's user (a job reads
+    what its own sidecar wrote; a watcher what it wrote itself)."""
+    path = Path(path)
+    if owners is None:
+        owners = writer_uids(path.parent.parent) | {os.geteuid()}
     try:
-        with open(path) as handle:
-            return Notice.from_json(json.load(handle))
-    except (OSError, ValueError, KeyError, TypeError):
+        return Notice.from_json(json.loads(read_small(path, MAX_NOTICE_BYTES, owners)))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None

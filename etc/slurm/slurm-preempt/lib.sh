@@ -20,9 +20,20 @@ SP_HERE=${0%/*}
 
 sp_log() {
 	logger -t slurm-preempt -p daemon.warning -- "$SP_HOOK: $*" 2>/dev/null
-	if [ -n "$SP_LOG" ] && [ ! -L "$SP_LOG" ]; then
+	if [ -n "$SP_LOG" ] && sp_log_closed; then
 		printf '%s %s[%s]: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SP_HOOK" "$$" "$*" >>"$SP_LOG" 2>/dev/null
 	fi
+	return 0
+}
+
+# The log file is appended to by path: only in a folder of root's that no one else may write, where no
+# user can put a link (checked with -L first, then followed by `>>`) between the check and the write.
+sp_log_closed() {
+	case $SP_LOG in /*) ;; *) return 1 ;; esac
+	[ ! -L "$SP_LOG" ] || return 1
+	set -- $(stat -c '%u %a %F' -- "${SP_LOG%/*}/." 2>/dev/null)
+	[ "$1" = 0 ] && [ "$3" = directory ] || return 1
+	case $2 in *[2367] | *[2367]?) return 1 ;; esac
 	return 0
 }
 
@@ -56,13 +67,19 @@ sp_is_number() {
 }
 
 # stat without following links: "<uid> <gid> <octal mode> <type>" per path. True when the folder is
-# not root's, or others can write it, or its group can and that group is not SlurmUser's.
+# not root's, or others can write it, or its group can and that group is not SlurmUser's, or has no
+# sticky bit (%a prints it as a 4th digit: 1775): without it any member of that group could rename or
+# delete other jobs' folders and race the hooks' moves.
 sp_unsafe_dir() {
 	set -- $1
 	[ "$1" = 0 ] || return 0
 	[ "$4" = directory ] || return 0
 	case $3 in *[2367]) return 0 ;; esac
-	case $3 in *[2367]?) [ -n "$SP_SLURM_GID" ] && [ "$2" = "$SP_SLURM_GID" ] || return 0 ;; esac
+	case $3 in *[2367]?)
+		[ -n "$SP_SLURM_GID" ] && [ "$2" = "$SP_SLURM_GID" ] || return 0
+		case $3 in [1357]???) ;; *) return 0 ;; esac
+		;;
+	esac
 	return 1
 }
 
@@ -111,20 +128,50 @@ sp_init() {
 
 # The job's folder: created by root, then given to the job's owner (mode 0700) so that the job can
 # add its own events and no other user can read them; with a non-root SlurmUser, group SlurmUser's and
-# mode 0770, so that EpilogSlurmctld can add the end. Refuses anything but a real folder owned by root
-# or by that user.
+# mode 1770 (sticky: that group's members delete only their own files), so that EpilogSlurmctld can add
+# the end. A folder root made first (the watcher wrote an event before the job started) is handed over
+# the same way. At the first attempt (restart count 0) a folder of an earlier job with this id (Slurm
+# reuses ids after MaxJobId wraps or its state is reset) is moved aside: one of another user, or one of
+# root's that already holds an attempt's start; otherwise its owner could read this job's notices and
+# plant events it would believe.
 sp_job_dir() {
 	uid=${SLURM_JOB_UID:-}
+	sp_is_number "$uid" || uid=0
 	mode=0700 group=
-	if [ -n "$SP_SLURM_GID" ]; then mode=0770 group=$SP_SLURM_GID; fi
+	if [ -n "$SP_SLURM_GID" ]; then mode=1770 group=$SP_SLURM_GID; fi
+	[ "$SP_RESTART" = 0 ] && sp_set_aside_earlier "$uid"
 	if mkdir -m "$mode" -- "$SP_DIR" 2>/dev/null; then
-		sp_is_number "$uid" || uid=0
-		if [ "$uid" != 0 ] || [ -n "$group" ]; then
-			chown -h -- "$uid${group:+:$group}" "$SP_DIR" 2>/dev/null || sp_log "cannot give $SP_DIR to uid $uid"
-		fi
+		sp_give_dir "$uid" "$group"
 		return 0
 	fi
+	[ "$(stat -c '%u %F' -- "$SP_DIR" 2>/dev/null)" = "0 directory" ] && sp_give_dir "$uid" "$group"
 	sp_job_dir_ok
+}
+
+sp_give_dir() {
+	if [ "$1" != 0 ] || [ -n "$2" ]; then
+		chmod -- "$mode" "$SP_DIR" 2>/dev/null
+		chown -h -- "$1${2:+:$2}" "$SP_DIR" 2>/dev/null || sp_log "cannot give $SP_DIR to uid $1"
+	fi
+	return 0
+}
+
+sp_set_aside_earlier() {
+	found=$(stat -c '%u %F' -- "$SP_DIR" 2>/dev/null) || return 0
+	case $found in
+	"$1 directory") return 0 ;;
+	"0 directory")
+		set -- "$SP_DIR"/*-attempt_start.json
+		[ -e "$1" ] || return 0
+		;;
+	esac
+	aside=$SP_JOBS/.earlier-$SP_JOB-$(date -u +%s%N)
+	if mv -T -- "$SP_DIR" "$aside" 2>/dev/null; then
+		sp_log "job id $SP_JOB reused: moved the earlier folder ($found) aside to $aside"
+	else
+		sp_log "job id $SP_JOB reused: cannot move the earlier folder ($found) aside"
+	fi
+	return 0
 }
 
 sp_job_dir_ok() {

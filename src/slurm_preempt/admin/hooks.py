@@ -29,8 +29,8 @@ from pathlib import Path
 from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.durable import open_dir, write_atomic
 from slurm_preempt.errors import UsageError
-from slurm_preempt.ledger import WRITERS
 from slurm_preempt.resources import data_path
+from slurm_preempt.trust import WRITERS
 
 DEFAULT_PREFIX = Path("/etc/slurm")
 HOOK_NAME = "50-slurm-preempt"
@@ -107,7 +107,8 @@ def install(
     """Copy the hooks under ``prefix``, write hooks.conf, create the state folder (root, 0755).
 
     With a non-root ``slurm_user`` (slurm.conf's SlurmUser, as which EpilogSlurmctld runs), ``jobs/``
-    becomes group SlurmUser's and writable by it, and ``<state>/writers`` names it as trusted.
+    becomes group SlurmUser's and writable by it with the sticky bit, and ``<state>/writers`` names it
+    as trusted.
     """
     prefix, state_dir = Path(prefix).absolute(), Path(state_dir).absolute()
     ids = _slurm_ids(slurm_user)
@@ -125,7 +126,7 @@ def install(
         result.actions.append(f"create folder {state_dir / sub} (root, mode 755)")
     if ids is not None:
         result.actions.append(
-            f"give {state_dir / 'jobs'} to group {ids[1]} (mode 775) for SlurmUser {slurm_user}"
+            f"give {state_dir / 'jobs'} to group {ids[1]} (mode 1775, sticky) for SlurmUser {slurm_user}"
         )
     result.actions.append(f"write {state_dir / WRITERS} (uids whose events are trusted)")
     if dry_run:
@@ -133,7 +134,8 @@ def install(
     _write(prefix / OWN_DIR / "hooks.conf", conf_text, 0o644)
     for sub in ("", "jobs", "notices"):
         group = ids[1] if ids is not None and sub == "jobs" else 0
-        _own_folder(state_dir / sub, 0o775 if group else 0o755, group)
+        # Sticky: a member of SlurmUser's group may add files, never rename or delete another's folder.
+        _own_folder(state_dir / sub, 0o1775 if group else 0o755, group)
     writers = "0\n" + (f"{ids[0]}\n" if ids is not None else "")
     _write(state_dir / WRITERS, writers, 0o644)
     if edit_conf is not None:
@@ -253,6 +255,9 @@ def _unsafe_mode(info: os.stat_result, group_ok: int | None = None) -> str:
     others = 0o002 if group_ok is not None and info.st_gid == group_ok else 0o022
     if info.st_mode & others:
         return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    if info.st_mode & 0o020 and not info.st_mode & stat.S_ISVTX:
+        mode = stat.S_IMODE(info.st_mode)
+        return f"is writable by its group without the sticky bit (mode {mode:o}: run `hooks install` again)"
     return ""
 
 
@@ -387,7 +392,7 @@ def _run_one(path: Path, env: dict[str, str], timeout: float) -> Finding:
         return Finding(False, f"dry run: {path.name} is missing")
     try:
         done = subprocess.run(
-            [str(path)], env=env, capture_output=True, text=True, timeout=timeout, check=False
+            [str(path)], env=env, cwd="/", capture_output=True, text=True, timeout=timeout, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Finding(False, f"dry run: {path.name} could not run ({exc})")

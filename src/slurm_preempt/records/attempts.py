@@ -48,6 +48,7 @@ class Attempt:
     gpus: int = 0
     notice_time: datetime | None = None
     deadline: datetime | None = None
+    notice_by: str = ""  # who wrote its notice_sent event (ledger.written_by): root, writer, owner
     checkpoints: list[datetime] = field(default_factory=list)
     final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
     wait_before: float | None = None  # seconds since the previous attempt ended
@@ -96,6 +97,7 @@ class Attempt:
             "run_seconds": round(self.run_seconds, 1),
             "notice_time": t(self.notice_time),
             "deadline": t(self.deadline),
+            "notice_by": self.notice_by or None,
             "checkpoints": [t(c) for c in self.checkpoints],
             "last_checkpoint": t(self.last_checkpoint),
             "lost_seconds": round(self.lost_seconds, 1),
@@ -116,6 +118,7 @@ class JobHistory:
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the watcher could not fix by itself
+    events_by: dict[str, int] = field(default_factory=dict)  # believed events by writer: root, writer, owner
 
     @property
     def lost_seconds(self) -> float:
@@ -131,6 +134,7 @@ class JobHistory:
             "submit": to_text(self.submit) if self.submit else None,
             "accounting": self.accounting,
             "ignored_events": self.ignored_events,
+            "events_by": self.events_by,
             "lost_seconds": round(self.lost_seconds, 1),
             "attempts": [a.to_json() for a in self.attempts],
         }

@@ -33,6 +33,9 @@ def build(
 ) -> JobHistory:
     """Pure: attempts from trusted ledger events and (optionally) sacct -D rows of this job."""
     history = JobHistory(job_id=str(job_id), accounting=acct is not None, ignored_events=ignored)
+    for event in events:
+        who = _by(event)
+        history.events_by[who] = history.events_by.get(who, 0) + 1
     by_number: dict[int, Attempt] = {}
     for event in events:
         if event["kind"] in ("attempt_start", "attempt_end"):
@@ -60,6 +63,11 @@ def _applied(apply, history: JobHistory, attempts, event: dict) -> bool:
     return True
 
 
+def _by(event: dict) -> str:
+    """Who wrote the event, from its file's owner (root, writer, owner); "" for one not read from disk."""
+    return ledger.written_by(event) if "_uid" in event else ""
+
+
 def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
     """The watcher's ``launch_held`` event (watch/launchhold.py) as a warning line."""
     moment = _time(event)
@@ -74,7 +82,8 @@ def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
     # A sidecar's events come from the job's owner: show only a constraint-like word.
     shown = isinstance(fallback, str) and _CONSTRAINT.fullmatch(fallback)
     where = f"moved to {fallback}, " if shown else ""
-    history.warnings.append(f"{when} {why}: {where}released by the watcher")
+    by = "by the watcher" if _by(event) in ("root", "writer", "") else "(the job's owner says so)"
+    history.warnings.append(f"{when} {why}: {where}released {by}")
 
 
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|!-]{1,64}")
@@ -215,6 +224,7 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
         return
     if kind == "notice_sent":
         drain = str(event.get("event_id", "")).partition("@")[2]
+        attempt.notice_by = attempt.notice_by if attempt.notice_time else _by(event)
         attempt.notice_time = attempt.notice_time or (_safe_time(drain) or moment)
         attempt.deadline = attempt.deadline or _time(event, "deadline")
     elif kind == "checkpoint_saved":
@@ -371,7 +381,8 @@ def history_text(history: JobHistory) -> str:
         )
         lines.append(f"  ended: {a.cause}" + (f" (exit {a.exit_code})" if a.exit_code else ""))
         if a.notice_time or a.deadline:
-            lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}")
+            by = f"  (from the {_WRITERS[a.notice_by]})" if a.notice_by in ("writer", "owner") else ""
+            lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}{by}")
         lines.append(
             f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
             f"  work lost {seconds_text(a.lost_seconds)}"
@@ -380,6 +391,14 @@ def history_text(history: JobHistory) -> str:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
     for warning in history.warnings:
         lines.append(f"warning: {warning}")
+    written = [f"{_WRITERS[w]} {n}" for w, n in sorted(history.events_by.items()) if w in _WRITERS]
+    if written:
+        lines.append("events written by: " + ", ".join(written))
     if history.ignored_events:
         lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
     return "\n".join(lines)
+
+
+# Who wrote an event (ledger.written_by), as history says it: a notice of the job's own sidecar is
+# the job's owner's word, not the cluster watcher's.
+_WRITERS = {"root": "root", "writer": "SlurmUser", "owner": "job's owner"}

@@ -43,6 +43,7 @@ class JobCost:
     node_hours: float = 0.0  # every attempt, as for run_hours, but per node
     lost_node_hours: float = 0.0
     assumed_discount: float | None = None  # no price for this job's unit: compared in node-hours
+    events_by: dict[str, int] = field(default_factory=dict)  # its believed events by writer (history)
 
     @property
     def useful_hours(self) -> float:
@@ -83,6 +84,7 @@ class JobCost:
             "assumed_discount": self.assumed_discount,
             "interval_advice": self.interval_advice,
             "verdict": self.verdict,
+            "events_by": self.events_by,
         }
 
 
@@ -119,6 +121,7 @@ def job_cost(history: JobHistory, prices: Prices) -> JobCost:
         last_cause=history.attempts[-1].cause if history.attempts else "",
         node_hours=sum(a.run_seconds * nodes(a) for a in ended) / 3600,
         lost_node_hours=sum(a.lost_seconds * nodes(a) for a in ended) / 3600,
+        events_by=dict(history.events_by),
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
@@ -368,6 +371,8 @@ def report_text(report: Report) -> str:
     lines.append("")
     for j in report.jobs:
         lines.append(f"job {j.job_id}: {j.verdict}")
+        if j.events_by.get("owner"):  # the job's owner's say-so counts in its figures: say so
+            lines.append(f"  {j.events_by['owner']} of its events written by the job's owner, not root")
         advice = j.interval_advice
         if advice:
             lines.append(

@@ -68,6 +68,9 @@ class Slurm:
 
     timeout: float = DEFAULT_TIMEOUT
     env: Mapping[str, str] | None = None  # None: this process's environment
+    # The commands' working directory; None: ours (sbatch submits from it). The watcher and its signal
+    # helper run theirs from "/": a relative entry of root's PATH must not name a folder a user writes.
+    cwd: str | None = None
 
     # ------------------------------------------------------------------------------------ runner
 
@@ -92,6 +95,7 @@ class Slurm:
                 capture_output=True,
                 timeout=limit,
                 env={**base, **parse.TIME_FORMAT_ENV},
+                cwd=self.cwd,
                 check=False,
             )
         except subprocess.TimeoutExpired:
@@ -269,7 +273,7 @@ class Slurm:
     def release(self, job_id: str) -> None:
         """``scontrol release``: lift a hold (a launch-failure hold: the owner may; the MaxBatchRequeue
         hold: only an operator)."""
-        self.run(["scontrol", "release", str(job_id)])
+        self.run(["scontrol", "release", *_job_names([job_id])])
 
     def config(self) -> dict[str, str]:
         """The running controller's configuration (``scontrol show config``): key -> value text."""

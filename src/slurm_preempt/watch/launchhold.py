@@ -12,7 +12,11 @@ On preemptible capacity a failed launch most often means the node was taken whil
 watcher moves such an opted-in job to its fallback constraint (standard nodes) and releases it, once per
 job: a job that fails to launch again is left held, since releasing it over and over would drain one
 node after another (a failed prolog drains its node). Each time it says so in its log and in the job's
-ledger (``launch_held`` events, which ``history`` shows).
+ledger (``launch_held`` events, which ``history`` shows). That it released a job is remembered in the
+watcher's own state (``SentState.released``), which only the watcher writes: the job's ledger folder is
+its owner's, who could delete the event there and have a job past MaxBatchRequeue released again and
+again. A ``launch_held`` event that root (or a listed writer) wrote still counts, for releases made
+before the state kept them.
 """
 
 from __future__ import annotations
@@ -73,10 +77,13 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
         )
         ctx.note("launch_held", job.job_id, limit=limit, released=False, restart_count=job.restart_count)
         return True
-    ctx.save()  # this hold is dealt with, before anything is done about it
+    ctx.sent.record_released(job.job_id, ctx.clock())
+    ctx.save()  # this hold is dealt with, and the release remembered, before anything is done about it
     moved = _move(ctx, job, wish) if fallback else None
     fields = {"limit": limit, "fallback": moved, "restart_count": job.restart_count}
     error = _release(ctx, job, fields)
+    if error is not None:
+        ctx.sent.take_back_released(job.job_id)
     if error is None and moved:
         ctx.sent.record_launch_moved(job.job_id, job.restart_count)
         _start_now(ctx, job)
@@ -90,14 +97,16 @@ def handle(ctx: Context, job: Job, fallback: bool) -> bool:
 
 
 def _released_before(ctx: Context, job_id: str) -> bool:
-    """From the ledger, so it holds across watcher restarts and the job's runs in between."""
+    """From the watcher's state (it holds across watcher restarts and the job's runs in between), or a
+    release root recorded in the ledger before the state kept them (never the owner's word on it)."""
+    if ctx.sent.released(job_id):
+        return True
     if ctx.state_dir is None:
         return False
     try:
-        found = ledger.trusted_events(ctx.state_dir, job_id)
-    except OSError:
+        return ledger.find(ctx.state_dir, job_id, "launch_held", None, released=True) is not None
+    except (OSError, ValueError):
         return False
-    return any(e["kind"] == "launch_held" and e.get("released") for e in found)
 
 
 def _move(ctx: Context, job: Job, wish: optin.OptIn) -> str | None:

@@ -158,9 +158,11 @@ class Outbox:
         if self._helper is None or self._helper.poll() is not None:
             # A session of its own, and nothing of ours it could die of: a signal to the watcher's
             # process group does not reach it, and the pipe only feeds it (it never writes to us).
-            argv = [sys.executable, "-m", "slurm_preempt.watch.sender", "--serve", f"{self.timeout:g}"]
+            argv = [*isolated_python(), "-m", "slurm_preempt.watch.sender", "--serve", f"{self.timeout:g}"]
             self._helper = subprocess.Popen(
                 argv,
+                cwd="/",
+                env=isolated_env(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -297,3 +299,26 @@ class Outbox:
     def _name(self) -> str:
         self._count += 1
         return f"{time.time_ns()}-{socket.gethostname().split('.')[0]}-{os.getpid()}-{self._count}"
+
+
+def isolated_python() -> list[str]:
+    """This interpreter, started so that nothing in its working directory is imported: ``python -m``
+    puts the current folder first on ``sys.path``, and a watcher an admin started from a folder a user
+    can write would run that user's ``slurm_preempt/watch/sender.py`` as root. The helper runs from
+    "/" (``cwd``), and ``-P`` (3.11+) leaves even that out; ``PYTHONPATH`` and the user's site stay, for
+    installs that live there (``-I`` would drop them; on 3.10 "/" is the first entry, which only root
+    may write)."""
+    return [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+
+
+def isolated_env() -> dict[str, str]:
+    """This environment with only absolute ``PYTHONPATH`` entries (an empty or relative one names the
+    working directory), and for root no ``PYTHONUSERBASE`` (a user site somewhere else than root's)."""
+    dropped = ("PYTHONUSERBASE",) if os.geteuid() == 0 else ()
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    if "PYTHONPATH" in env:
+        kept = [entry for entry in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(entry)]
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+        if not kept:
+            del env["PYTHONPATH"]
+    return env

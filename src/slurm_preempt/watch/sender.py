@@ -111,9 +111,9 @@ def main(argv: list[str]) -> int:
     from slurm_preempt.slurm.commands import Slurm
 
     if argv[0] == "--serve":
-        serve(sys.stdin, Slurm(timeout=float(argv[1])))
+        serve(sys.stdin, Slurm(timeout=float(argv[1]), cwd="/"))
     else:
-        act(Path(argv[0]), Slurm(timeout=float(argv[1])))
+        act(Path(argv[0]), Slurm(timeout=float(argv[1]), cwd="/"))
     return 0
 
 

@@ -9,7 +9,14 @@ One small JSON file, replaced atomically (``durable.write_atomic``) whenever it 
      "told":   {"123|pre1": {"event_id": "pre1@...Z", "attempt": 0, "deadline": "...Z",
                             "notice": "...Z", "signal": "...Z", "enforced": "...Z"}},
      "restarts": {"123": {"fast_restart": 1, "fallback": "standard", "launch_held": 1,
-                          "launch_moved": 1}}}
+                          "launch_moved": 1}},
+     "released": {"123": "...Z"}}
+
+``released``: jobs the watcher released from a failed-launch hold, and when. The watcher releases a job
+once; this is where it remembers that, because the ledger folder where it also says so is the job
+owner's, who may delete the event there. Kept ``RELEASED_DAYS`` after the release (a job that sits
+held longer is released once more), so it stays as small as the number of such releases in that
+time. Files without it load (nothing released); older watchers ignore it.
 
 Why "told" is keyed by job and node, not by the event id Slurm would suggest: after DRAIN then DOWN,
 Slurm overwrites the drain reason and its time with the DOWN ones, so the "same" event would get a new
@@ -25,7 +32,8 @@ The records are frozen: only ``SentState``'s methods change them, each saying wh
 whether there is anything to write. Nothing else keeps a flag for it.
 
 Everything here is bounded by what is open now (events of drained nodes, the jobs that were on them,
-requeued jobs still pending): nothing grows with the number of polls or with time.
+requeued jobs still pending, releases of the last ``RELEASED_DAYS``): nothing grows with the number
+of polls.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from slurm_preempt.durable import write_atomic
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS, from_text, to_text
 
 VERSION = 2
+RELEASED_DAYS = 30  # how long a release from a failed-launch hold is remembered
 ACTS = ("notice", "signal", "enforced")
 
 
@@ -158,6 +167,7 @@ class SentState:
         self._events: dict[str, NodeEvent] = {}
         self._told: dict[tuple[str, str], Told] = {}
         self._restarts: dict[str, Restarts] = {}
+        self._released: dict[str, datetime] = {}
         self._nodes_of: dict[str, set[str]] = {}  # job -> its nodes in ``_told``
         self._changed = False
 
@@ -289,6 +299,26 @@ class SentState:
         """After this failed launch the job was moved to other nodes and released."""
         self._update_restarts(job_id, launch_moved=restart_count)
 
+    def record_released(self, job_id: str, now: datetime) -> None:
+        """Released from a failed-launch hold (before the release is asked: never twice)."""
+        self._released[job_id] = now
+        self._changed = True
+
+    def take_back_released(self, job_id: str) -> None:
+        """The release was refused: nothing to remember."""
+        if self._released.pop(job_id, None) is not None:
+            self._changed = True
+
+    def released(self, job_id: str) -> bool:
+        return job_id in self._released
+
+    def forget_released(self, now: datetime) -> None:
+        """Drop releases older than ``RELEASED_DAYS``."""
+        old = [j for j, when in self._released.items() if (now - when).days >= RELEASED_DAYS]
+        for job_id in old:
+            del self._released[job_id]
+            self._changed = True
+
     def forget_jobs(self, keep: set[str]) -> None:
         """Drop restart records of jobs no longer in the queue."""
         for job_id in [j for j in self._restarts if j not in keep]:
@@ -305,12 +335,15 @@ class SentState:
     # ----------------------------------------------------------------------------------- disk
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "version": VERSION,
             "events": {name: event.to_json() for name, event in self._events.items()},
             "told": {f"{job}|{node}": told.to_json() for (job, node), told in self._told.items()},
             "restarts": {job: record.to_json() for job, record in self._restarts.items()},
         }
+        if self._released:  # only then: a file without releases reads as any version 2 file did
+            data["released"] = {job: to_text(when) for job, when in self._released.items()}
+        return data
 
     def save(self) -> None:
         """Write atomically. Raises OSError (the state stays changed); the caller logs it and carries
@@ -340,6 +373,10 @@ class SentState:
                     state._told[(job_id, node)] = Told.from_json(entry)
                     state._nodes_of.setdefault(job_id, set()).add(node)
             state._restarts = {j: Restarts.from_json(r) for j, r in data.get("restarts", {}).items()}
+            released = data.get("released", {})
+            if not isinstance(released, dict):
+                raise TypeError("released is not a map")
+            state._released = {str(j): _time(when) for j, when in released.items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path or 'the file'}: not a watcher state ({exc})") from None
         return state

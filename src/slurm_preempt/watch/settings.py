@@ -242,7 +242,7 @@ def build(
     settings = settings_from(merged(conf.section("watch"), overrides, ", ".join(map(str, conf.sources))))
     if job_id is not None and overrides.get("interval") is None:
         settings = replace(settings, interval=settings.sidecar_interval)
-    slurm = Slurm(timeout=settings.slurm_timeout)
+    slurm = Slurm(timeout=settings.slurm_timeout, cwd="/")  # root's commands never from a user's folder
     local_node = None
     if job_id is not None:
         # Inside a job Slurm names the node in SLURMD_NODENAME (on the test cluster every host is localhost).

@@ -14,7 +14,9 @@ act is recorded before it is made (write intent, act, confirm):
 
 from __future__ import annotations
 
+import functools
 import logging
+import pwd
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +57,7 @@ def tell_many(
     """Tell each job of its event (with a signal when the flag says it may get one, and it opted in).
     ``in_flight``: jobs whose signal an earlier batch is still sending. Returns the ids to retry."""
     plans = [_plan(ctx, job, event, may_signal, in_flight) for job, event, may_signal in pairs]
+    _check_files(ctx, plans)
     plans = [p for p in plans if p.write or p.signal]
     by_signal: dict[str, list[_Delivery]] = {}
     for plan in plans:
@@ -95,51 +98,67 @@ def _plan(ctx: Context, job: Job, event: NodeEvent, may_signal: bool, in_flight:
         ctx.clock(),
         restart_count=job.restart_count,  # the attempt it is for (squeue's RestartCnt)
     )
-    write = not _notice_done(ctx, job, notice)
+    write = not ctx.sent.done(job.job_id, notice.node, "notice")
     signal = wish.signal if may_signal and wish.signal else None
-    if signal and (job.job_id in in_flight or _signal_done(ctx, job, notice)):
+    if signal and (job.job_id in in_flight or ctx.sent.done(job.job_id, notice.node, "signal")):
         signal = None
     return _Delivery(job, notice, write, signal)
 
 
-def _notice_done(ctx: Context, job: Job, notice: Notice) -> bool:
-    """Done by us (sent-state), or the file already holds this event (another watcher, or one that
-    died between its record and the file)."""
-    if ctx.sent.done(job.job_id, notice.node, "notice"):
-        return True
+def _check_files(ctx: Context, plans: list[_Delivery]) -> None:
+    """What the sent-state does not know, the files may: a notice already holding this event, or a
+    ``signal_sent`` record of another watcher (a job's sidecar next to the daemon, a daemon whose state
+    was lost, one that died between its record and the file). Read in worker threads: each job's
+    notice file and folder (bounded, but on shared storage), so one slow folder holds no other job's
+    plan; the sent-state is marked here."""
     if ctx.state_dir is None:
-        return False
-    found = read_notice(notice_path(ctx.state_dir, job.job_id))
-    if found is None or found.event_id != notice.event_id or found.restart_count != notice.restart_count:
-        return False
-    _mark(ctx, job, notice, "notice")
-    return True
+        return
+    state_dir = ctx.state_dir
+    unsure = [p for p in plans if p.write or p.signal]
+    found = side_by_side(lambda plan: _on_disk(state_dir, plan), unsure)
+    for plan, (noticed, signalled) in zip(unsure, found, strict=True):
+        if noticed:
+            plan.write = False
+            _mark(ctx, plan.job, plan.notice, "notice")
+        if signalled:
+            plan.signal = None
+            _mark(ctx, plan.job, plan.notice, "signal")
 
 
-def _signal_done(ctx: Context, job: Job, notice: Notice) -> bool:
-    """Done by us (sent-state), or by another watcher (a job's sidecar next to the daemon, or a daemon
-    whose state was lost): the shared ledger says so."""
-    if ctx.sent.done(job.job_id, notice.node, "signal"):
-        return True
-    if (
-        ctx.state_dir is None
-        or _ledger_has(ctx.state_dir, job.job_id, "signal_sent", notice.event_id) is None
-    ):
-        return False
-    _mark(ctx, job, notice, "signal")
-    return True
+def _on_disk(state_dir: Path, plan: _Delivery) -> tuple[bool, bool]:
+    job, notice = plan.job, plan.notice
+    noticed = False
+    if plan.write:
+        found = read_notice(notice_path(state_dir, job.job_id))
+        noticed = (
+            found is not None
+            and found.event_id == notice.event_id
+            and found.restart_count == notice.restart_count
+        )
+    signalled = bool(plan.signal) and (
+        _ledger_has(state_dir, job.job_id, "signal_sent", notice.event_id, _uid_of(job.user)) is not None
+    )
+    return noticed, signalled
 
 
-def _ledger_has(state_dir: Path, job_id: str, kind: str, event_id: str) -> Path | None:
-    """The ledger record of ``kind`` for this event, if there is one."""
+def _ledger_has(
+    state_dir: Path, job_id: str, kind: str, event_id: str, owner: int | None = None
+) -> Path | None:
+    """The ledger record of ``kind`` for this event, if there is one: ours, root's, or (``owner``) the
+    job's own sidecar's when the folder is its user's. An unreadable folder (past the bounds) has none:
+    the sent-state alone then says what was done."""
     try:
-        found = ledger.events(state_dir, job_id)
+        return ledger.find(state_dir, job_id, kind, owner, event_id=event_id)
     except (OSError, ValueError):
         return None
-    for event in found:
-        if event.get("kind") == kind and event.get("event_id") == event_id:
-            return ledger.job_dir(state_dir, job_id) / event["_file"]
-    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _uid_of(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid if user else None
+    except KeyError:  # a user this host does not know: only root's and our own records count
+        return None
 
 
 def _mark(ctx: Context, job: Job, notice: Notice, what: str) -> None:
@@ -174,7 +193,7 @@ def _notices(ctx: Context, plans: list[_Delivery]) -> list[_Delivery]:
 def _write(ctx: Context, plan: _Delivery) -> None:
     assert ctx.state_dir is not None
     job_id, notice = plan.job.job_id, plan.notice
-    if _ledger_has(ctx.state_dir, job_id, "notice_sent", notice.event_id) is None:
+    if _ledger_has(ctx.state_dir, job_id, "notice_sent", notice.event_id, _uid_of(plan.job.user)) is None:
         plan.record = ctx.record("notice_sent", job_id, **_notice_fields(notice, ctx.state_dir))
     try:
         path = notice_path(ctx.state_dir, job_id)

@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_preempt import optin
+from slurm_preempt import ids, optin
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
@@ -178,6 +178,7 @@ class Watcher:
                 self.beat()
             self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
+            self.sent.forget_released(now)
         return result
 
     def _poll_job(self, job_id: str, now: datetime) -> PollResult:
@@ -215,8 +216,9 @@ class Watcher:
             return True
         holding = self.lease.hold()
         if holding and not self._holding:
-            # Taken over (or back): what the other watcher did is in the shared state and outbox.
-            self.sent = sentstate.load(self.sent.path) if self.sent.path else self.sent
+            # Taken over (or back): what the other watcher did is in the shared state and outbox,
+            # loaded as at start (a file of another uid is not believed, a corrupt one set aside).
+            self.sent = load_sent(self.sent.path) if self.sent.path else self.sent
             self.ctx.sent = self.sent
         self._holding = holding
         return holding
@@ -360,9 +362,12 @@ def _event_id(event: NodeEvent) -> str:
 
 
 def state_path(state_dir: Path, job_id: str | None = None, user: str | None = None) -> Path:
-    """The daemon's sent-state, a user watcher's, or a sidecar's per-job one."""
-    name = f"sidecar-{job_id}.json" if job_id else f"user-{user}.json" if user else "sent.json"
-    return Path(state_dir) / "watcher" / name
+    """The daemon's sent-state, a user watcher's, or a sidecar's per-job one. A sidecar keeps its own in
+    its job's ledger folder, which the prolog gave to the job's user (a dot name: no ledger reader looks
+    at it), so no user ever needs to write the watcher's folder, where root's state lives."""
+    if job_id:
+        return Path(state_dir) / "jobs" / ids.job_id(job_id) / ".sidecar-state.json"
+    return Path(state_dir) / "watcher" / (f"user-{user}.json" if user else "sent.json")
 
 
 def load_sent(path: Path) -> SentState:
