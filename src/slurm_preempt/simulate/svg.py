@@ -15,7 +15,8 @@ from slurm_preempt.simulate.spec import HOUR, JobSpec
 from slurm_preempt.simulate.strategies import strategies
 
 SCALES = (4.0, 2.83, 2.0, 1.41, 1.0, 0.71, 0.5, 0.35, 0.25)  # of the mean time between preemptions
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 720, 420, 70, 250, 40, 50
+WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 780, 420, 70, 290, 40, 50
+Y_TICK = 0.2
 COLOURS = ("#444444", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
 
 
@@ -66,11 +67,12 @@ def render(lines: dict[str, list[tuple[float, float]]], spec: JobSpec) -> str:
     for index, (label, line) in enumerate(lines.items()):
         colour = COLOURS[index % len(COLOURS)]
         path = " ".join(at(x, y) for x, y in sorted(line))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+        dash = ' stroke-dasharray="7 4"' if index % 2 else ""  # lines that coincide stay both visible
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{path}"/>')
         y = TOP + 16 * index
         parts.append(
             f'<line x1="{WIDTH - RIGHT + 15}" y1="{y}" x2="{WIDTH - RIGHT + 35}" y2="{y}" '
-            f'stroke="{colour}" stroke-width="2"/>'
+            f'stroke="{colour}" stroke-width="2"{dash}/>'
         )
         parts.append(f'<text x="{WIDTH - RIGHT + 40}" y="{y + 4}">{escape(label)}</text>')
     parts.append("</svg>")
@@ -91,7 +93,8 @@ def _axes(x_max: float, y_max: float, at) -> list[str]:
         x = x_max * step / 5
         px, py = at(x, 0).split(",")
         parts.append(f'<text x="{px}" y="{float(py) + 18}" text-anchor="middle">{x:.2f}</text>')
-        y = y_max * step / 5
+    for step in range(int(y_max / Y_TICK) + 1):
+        y = step * Y_TICK
         qx, qy = at(0, y).split(",")
         parts.append(f'<text x="{float(qx) - 6}" y="{float(qy) + 4}" text-anchor="end">{y:.1f}</text>')
     ox, oy = at(0, 1.0).split(",")
