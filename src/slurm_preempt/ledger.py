@@ -53,6 +53,7 @@ KINDS = (
     "notice_sent",
     "signal_sent",
     "checkpoint_saved",
+    "checkpoint_interval",
     "resumed_from",
     "requeued",
     "fast_restart",

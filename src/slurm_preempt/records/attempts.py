@@ -50,6 +50,7 @@ class Attempt:
     deadline: datetime | None = None
     checkpoints: list[datetime] = field(default_factory=list)
     final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
+    intervals: list[float] = field(default_factory=list)  # checkpoint intervals taken (interval="auto")
     wait_before: float | None = None  # seconds since the previous attempt ended
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
@@ -98,6 +99,7 @@ class Attempt:
             "deadline": t(self.deadline),
             "checkpoints": [t(c) for c in self.checkpoints],
             "last_checkpoint": t(self.last_checkpoint),
+            "checkpoint_intervals": self.intervals,
             "lost_seconds": round(self.lost_seconds, 1),
             "wait_before_seconds": None if self.wait_before is None else round(self.wait_before, 1),
             "source": self.source,

@@ -208,7 +208,7 @@ def _pair(attempts: list[Attempt], index: int, start: datetime) -> Attempt | Non
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
     kind, moment = event["kind"], _time(event)
-    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued"):
+    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued", "checkpoint_interval"):
         return
     attempt = _attempt_at(attempts, moment)
     if attempt is None:
@@ -223,6 +223,10 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
             attempt.final_checkpoints.append(moment)
         if isinstance(event.get("seconds"), (int, float)):
             history.checkpoint_seconds.append(float(event["seconds"]))
+    elif kind == "checkpoint_interval":
+        seconds = event.get("seconds")
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < 1e7:
+            attempt.intervals.append(float(seconds))
     elif kind == "requeued":
         attempt.cause = "requeued after notice" if attempt.notice_time else "requeued by the job"
 
@@ -376,6 +380,8 @@ def history_text(history: JobHistory) -> str:
             f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
             f"  work lost {seconds_text(a.lost_seconds)}"
         )
+        if a.intervals:
+            lines.append("  checkpoint interval " + " -> ".join(f"{s:.0f} s" for s in a.intervals))
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
     for warning in history.warnings:

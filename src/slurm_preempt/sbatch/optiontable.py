@@ -158,7 +158,9 @@ OPTIONS: tuple[Option, ...] = (
         "Handed to the command as SLURM_PREEMPT_CHECKPOINT_INTERVAL; auto: Young/Daly.",
         "N|auto",
         details="`auto` computes the Young/Daly interval (seconds) from `--checkpoint-seconds` and "
-        "`--mtbp`, or learns both from earlier jobs with `--learn-from`.",
+        "`--mtbp`, or learns both from earlier jobs with `--learn-from`; a `Run` of the resume library "
+        "then takes it as its default and adapts it at every save to its measured saves and the "
+        "watcher's live preemption rate (SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO=1).",
     ),
     Option(
         "checkpoint_seconds",

@@ -17,7 +17,7 @@ from typing import Any
 
 from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.optin import OptIn, merge_comment
-from slurm_preempt.sbatch.auto_interval import resolve_interval
+from slurm_preempt.sbatch.auto_interval import is_auto, resolve_interval
 from slurm_preempt.sbatch.options import (
     ARRAY_RE,
     CONSTRAINT_RE,
@@ -78,6 +78,7 @@ class JobSpec:
     timelimit_notice: int | None = None
     checkpoint_dir: str = ""
     checkpoint_interval: str | None = None
+    checkpoint_interval_auto: bool = False  # Run adapts it to the live rate (job/adaptive.py)
     resume_flags: list[str] = field(default_factory=list)
     sidecar: bool = False
     grace: int = DEFAULTS["grace"]
@@ -323,6 +324,7 @@ def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
     interval = s.get("checkpoint_interval")
     if interval is not None:
         spec.checkpoint_interval = resolve_interval(str(interval), s)
+        spec.checkpoint_interval_auto = is_auto(interval)
     spec.resume_flags = [check_arg("--resume-flag", str(f)) for f in s.get("resume_flag", [])]
 
 
