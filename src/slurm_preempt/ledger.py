@@ -54,6 +54,7 @@ KINDS = (
     "signal_sent",
     "checkpoint_saved",
     "checkpoint_interval",
+    "progress",
     "resumed_from",
     "requeued",
     "fast_restart",

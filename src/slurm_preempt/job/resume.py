@@ -72,7 +72,8 @@ class Run:
     ``interval`` seconds (neither: ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``), or ``"auto"``: Daly's from
     this job's measured saves and the live preemption rate (``job/adaptive.py``); ``format``
     (``job/formats.py``, default ``PickleFormat()``); ``settings`` (the ``[resume]`` section, default
-    ``job.settings.load()``). ``_wiring`` is internal (``Wiring``).
+    ``job.settings.load()``); ``total_steps``, the steps of the whole run, recorded with each checkpoint
+    so the watcher can judge progress against a ``fallback-deadline``. ``_wiring`` is internal.
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class Run:
         interval: float | str | None = None,
         format: Format | None = None,
         settings: job_settings.ResumeSettings | None = None,
+        total_steps: int | None = None,
         _wiring: Wiring | None = None,
     ):
         wiring = Wiring() if _wiring is None else _wiring
@@ -108,6 +110,7 @@ class Run:
             self._adaptive = AdaptiveInterval(self._env.state_dir, self._env.num_nodes, env, record)
             interval = self._adaptive.update()  # at each attempt, from the rate published now
         self._interval: float | None = None if isinstance(interval, str) else interval
+        self._total_steps = total_steps if isinstance(total_steps, int) and total_steps > 0 else None
         self._every = every
         # Sharded: every rank writes its part of each checkpoint, one commit makes them visible.
         self._sharded = (
@@ -372,7 +375,7 @@ class Run:
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
-        self._ledger.checkpoint_saved(found, final=self._stopping)
+        self._ledger.checkpoint_saved(found, final=self._stopping, total_steps=self._total_steps)
 
     def _current_event(self) -> set[str]:
         notice = self.notice if self._stopping else None

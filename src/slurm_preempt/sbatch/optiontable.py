@@ -206,6 +206,14 @@ OPTIONS: tuple[Option, ...] = (
         details="Opt-in token: the watcher moves the pending job to `--fallback-to` nodes.",
     ),
     Option("fallback_pending", "... or after pending this long.", "SECONDS"),
+    Option(
+        "fallback_deadline",
+        "... or once it can no longer finish by this UTC time.",
+        "ISO-TIME",
+        details="Opt-in token: when the job waits after a preemption, the watcher moves it if the steps "
+        "left, at the rate it saved steps since its first start, no longer fit before this time "
+        "(`Run(total_steps=N)` or `resume progress` report them).",
+    ),
     Option("fallback_to", "Constraint to fall back to.", "CONSTRAINT", default="standard"),
     Option(
         "fast_restart",

@@ -4,12 +4,8 @@ Each decision is taken when a run has just been preempted and waits to run again
 moves a pending job), from what the run itself has shown so far. Once moved, a run stays moved.
 
 - ``after``: K preemptions.
-- ``deadline`` (Uniform Progress, "Can't Be Late", NSDI 2024): at the progress rate measured on
-  preemptible nodes so far (preemptions, restarts and lost work included), the work left plus one more
-  restart no longer fits in the time left less the policy's margin (a share of the work left). Until
-  the run has seen a few preemptions over a tenth of its time to the deadline its rate says little
-  (three quick preemptions in the first hour would read as a crawl): until then it moves only when
-  even on-demand nodes would no longer fit.
+- ``deadline``: the watcher's Uniform-Progress rule (``watch/deadline.py``, its constants), on the
+  work saved so far over the time since submission.
 - ``cost``: the measured overhead per preemption (everything held but not saved as work) times the
   live preemption rate makes a preemptible node-hour of useful work dearer than an on-demand one.
 - ``pending`` is decided where the run waits for capacity (``engine``), not here.
@@ -23,12 +19,11 @@ import numpy as np
 
 from slurm_preempt.simulate.spec import HOUR, JobSpec
 from slurm_preempt.simulate.strategies import Strategy
+from slurm_preempt.watch.deadline import MIN_SHARE_FOR_RATE
 
 Array = Any  # numpy arrays; numpy's own types are not worth their weight here
 
 MIN_PREEMPTIONS_FOR_COST = 2  # one preemption says little about the overhead per preemption
-MIN_PREEMPTIONS_FOR_RATE = 3  # nor do one or two about the rate of progress
-MIN_SHARE_FOR_RATE = 0.1  # of the time from submission to the deadline
 
 
 def decide(spec: JobSpec, strategy: Strategy, state: Any, rows: Array, live_rate: Array) -> Array:
@@ -43,18 +38,15 @@ def decide(spec: JobSpec, strategy: Strategy, state: Any, rows: Array, live_rate
 
 
 def _behind_deadline(spec: JobSpec, state: Any, rows: Array) -> Array:
+    """``watch.deadline.behind`` for many runs: the same rule, margin and evidence."""
     assert spec.deadline_hours is not None
+    deadline = spec.deadline_hours * HOUR
     now, done = state.now[rows], state.done[rows]
-    remaining = spec.work_seconds - done
-    left = spec.deadline_hours * HOUR - now - spec.policy.deadline_margin * remaining
-    restart = spec.restart_seconds[1]
+    left = deadline - now
+    measured = (done > 0) & (now >= MIN_SHARE_FOR_RATE * deadline)
     with np.errstate(divide="ignore", invalid="ignore"):
-        seen = (state.preemptions[rows] >= MIN_PREEMPTIONS_FOR_RATE) & (done > 0)
-        measured = seen & (now >= MIN_SHARE_FOR_RATE * spec.deadline_hours * HOUR)
-        rate = np.where(measured, done / now, np.nan)
-        on_preemptible = restart + remaining / rate
-    needs_known = np.isfinite(on_preemptible)
-    return np.where(needs_known, on_preemptible > left, restart + remaining > left)
+        needs = (spec.work_seconds - done) / (done / now) * (1.0 + spec.policy.deadline_margin)
+    return (left <= 0) | (measured & (needs > left))
 
 
 def _dearer_than_on_demand(spec: JobSpec, state: Any, rows: Array, live_rate: Array) -> Array:

@@ -16,6 +16,7 @@ from typing import Any
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.records.prices import DEFAULT_DISCOUNT
+from slurm_preempt.watch import deadline
 
 # Measured (README "Performance", 2-core VM, Slurm 22.05.8): drain -> the job's handler, p99 of 20
 # drains with the watcher's 1 s poll; requeue -> running again with the watcher's fast restart, and
@@ -82,7 +83,7 @@ class Policy:
 
     fallback_after: int = 3
     fallback_pending_minutes: float = 10.0
-    deadline_margin: float = 0.05  # reserve before the deadline, as a share of the work left
+    deadline_margin: float = deadline.MARGIN  # the watcher's own (watch/deadline.py)
 
 
 @dataclass(frozen=True)
