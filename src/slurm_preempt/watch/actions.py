@@ -168,16 +168,16 @@ def pending_for(job: Job, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds()) if since else 0.0
 
 
-def _fallback_why(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> str | None:
+def _fallback_why(job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | None = None) -> str | None:
     if wish.fallback_after and job.restart_count >= wish.fallback_after:
         return f"preempted {job.restart_count} times (fallback-after={wish.fallback_after})"
     waited = pending_for(job, now)
     if wish.fallback_pending and waited >= wish.fallback_pending:
         wanted = job.features or "its nodes"
         return f"pending {waited:.0f} s for {wanted} (fallback-pending={wish.fallback_pending:g})"
-    if wish.fallback_deadline is not None and ctx.state_dir is not None:
+    if wish.fallback_deadline is not None and state_dir is not None:
         try:
-            events = ledger.trusted_events(ctx.state_dir, job.job_id)
+            events = ledger.trusted_events(state_dir, job.job_id)
         except (OSError, ValueError) as exc:
             log.warning("job %s: ledger unreadable, fallback-deadline not judged: %s", job.job_id, exc)
             return None
@@ -188,7 +188,7 @@ def _fallback_why(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> s
 def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
     if job.features == wish.fallback_to or ctx.sent.restarts_of(job.job_id).fallback:
         return
-    why = _fallback_why(ctx, job, wish, now)
+    why = _fallback_why(job, wish, now, ctx.state_dir)
     if why is None:
         return
     try:
