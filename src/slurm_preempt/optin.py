@@ -15,6 +15,7 @@ is the user's own and is left alone::
     slurm-preempt:fallback-deadline=2026-12-01T20:00:00Z
                                          ... or when, at its measured progress, it can no longer
                                          finish by then (``watch/deadline.py``)
+    slurm-preempt:fallback-storm=3       ... or after 3 attempts in a row saved no newer checkpoint
     slurm-preempt:fast-restart=0         do not skip Slurm's ~121 s requeue wait
 """
 
@@ -43,6 +44,7 @@ class OptIn:
     fallback_to: str = "standard"
     fast_restart: bool = True
     fallback_deadline: datetime | None = None  # UTC
+    fallback_storm: int | None = None  # attempts in a row without a newer checkpoint
 
     def to_comment(self) -> str:
         """The tokens for ``--comment`` (the inverse of ``parse``)."""
@@ -53,6 +55,8 @@ class OptIn:
             tokens.append(f"{PREFIX}fallback-pending={int(self.fallback_pending)}")
         if self.fallback_deadline is not None:
             tokens.append(f"{PREFIX}fallback-deadline={deadline_text(self.fallback_deadline)}")
+        if self.fallback_storm is not None:
+            tokens.append(f"{PREFIX}fallback-storm={self.fallback_storm}")
         if self.fallback_to != "standard":
             tokens.append(f"{PREFIX}fallback-to={self.fallback_to}")
         if not self.fast_restart:
@@ -88,6 +92,7 @@ def parse(comment: str) -> OptIn:
         fallback_to=_constraint(values.get("fallback-to")) or "standard",
         fast_restart=values.get("fast-restart", "1") not in ("0", "no", "false"),
         fallback_deadline=parse_deadline(values.get("fallback-deadline")),
+        fallback_storm=_positive_int(values.get("fallback-storm")),
     )
 
 

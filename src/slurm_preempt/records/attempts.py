@@ -118,6 +118,7 @@ class JobHistory:
     ignored_events: int = 0  # events present but not trusted (forged or unreadable kinds)
     checkpoint_seconds: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the watcher could not fix by itself
+    moves: list[str] = field(default_factory=list)  # the watcher's fallback moves, with their reasons
 
     @property
     def lost_seconds(self) -> float:
@@ -127,6 +128,7 @@ class JobHistory:
         return {
             "job_id": self.job_id,
             "warnings": self.warnings,
+            "moves": self.moves,
             "user": self.user,
             "partition": self.partition,
             "constraints": self.constraints,

@@ -42,8 +42,9 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
-        if event["kind"] == "launch_held":
-            history.ignored_events += not _applied(_add_launch_held, history, attempts, event)
+        if event["kind"] in ("launch_held", "fallback"):
+            add = _add_launch_held if event["kind"] == "launch_held" else _add_move
+            history.ignored_events += not _applied(add, history, attempts, event)
     _finish(attempts)
     history.attempts = attempts
     return history
@@ -75,6 +76,14 @@ def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
     shown = isinstance(fallback, str) and _CONSTRAINT.fullmatch(fallback)
     where = f"moved to {fallback}, " if shown else ""
     history.warnings.append(f"{when} {why}: {where}released by the watcher")
+
+
+def _add_move(history: JobHistory, _attempts, event: dict) -> None:
+    """The watcher's ``fallback`` event: where the job went and why (printable text, bounded)."""
+    moment, after, why = _time(event), event.get("after"), str(event.get("why", ""))
+    where = after if isinstance(after, str) and _CONSTRAINT.fullmatch(after) else "its fallback nodes"
+    reason = "".join(ch for ch in why if ch.isprintable())[:300]
+    history.moves.append(f"{_clock(moment)} moved to {where}: {reason}")
 
 
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|!-]{1,64}")
@@ -384,8 +393,8 @@ def history_text(history: JobHistory) -> str:
             lines.append("  checkpoint interval " + " -> ".join(f"{s:.0f} s" for s in a.intervals))
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
-    for warning in history.warnings:
-        lines.append(f"warning: {warning}")
+    lines += [f"moved: {move}" for move in history.moves]
+    lines += [f"warning: {warning}" for warning in history.warnings]
     if history.ignored_events:
         lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
     return "\n".join(lines)

@@ -214,6 +214,13 @@ OPTIONS: tuple[Option, ...] = (
         "left, at the rate it saved steps since its first start, no longer fit before this time "
         "(`Run(total_steps=N)` or `resume progress` report them).",
     ),
+    Option(
+        "fallback_storm",
+        "... or after N attempts in a row saved no newer checkpoint.",
+        "N",
+        details="Opt-in token: a restart storm is moved to `--fallback-to` nodes with its reason in "
+        "`history`, instead of being requeued for ever.",
+    ),
     Option("fallback_to", "Constraint to fall back to.", "CONSTRAINT", default="standard"),
     Option(
         "fast_restart",

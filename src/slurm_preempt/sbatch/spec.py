@@ -299,6 +299,7 @@ def _preemption(spec: JobSpec, s: dict) -> None:
         fallback_to=fallback_to,
         fast_restart=bool(s.get("fast_restart", DEFAULTS["fast_restart"])),
         fallback_deadline=_deadline(s.get("fallback_deadline")),
+        fallback_storm=_optional_int("--fallback-storm", s.get("fallback_storm")),
     )
     if s.get("comment"):
         spec.user_comment = check_line("--comment", s["comment"])

@@ -22,6 +22,7 @@ from slurm_preempt.notice import deadline, to_text, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch import deadline as deadline_rule
+from slurm_preempt.watch import storm
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 
 log = logging.getLogger(__name__)
@@ -175,14 +176,17 @@ def _fallback_why(job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | 
     if wish.fallback_pending and waited >= wish.fallback_pending:
         wanted = job.features or "its nodes"
         return f"pending {waited:.0f} s for {wanted} (fallback-pending={wish.fallback_pending:g})"
-    if wish.fallback_deadline is not None and state_dir is not None:
-        try:
-            events = ledger.trusted_events(state_dir, job.job_id)
-        except (OSError, ValueError) as exc:
-            log.warning("job %s: ledger unreadable, fallback-deadline not judged: %s", job.job_id, exc)
-            return None
-        return deadline_rule.behind(deadline_rule.progress_of(events, now), wish.fallback_deadline, now)
-    return None
+    if (wish.fallback_deadline is None and not wish.fallback_storm) or state_dir is None:
+        return None
+    try:
+        events = ledger.trusted_events(state_dir, job.job_id)
+    except (OSError, ValueError) as exc:
+        log.warning("job %s: ledger unreadable, its progress not judged: %s", job.job_id, exc)
+        return None
+    stormy = storm.storm(events, job.restart_count, wish.fallback_storm or 0, now)
+    if stormy is not None or wish.fallback_deadline is None:
+        return stormy
+    return deadline_rule.behind(deadline_rule.progress_of(events, now), wish.fallback_deadline, now)
 
 
 def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:

@@ -44,7 +44,7 @@ def progress_of(events: Iterable[dict], now: datetime) -> Progress | None:
     """The job's progress from its (trusted) ledger events; None without a start or a total."""
     started, newest = None, None
     for event in events:
-        when = _time(event.get("time"))
+        when = event_time(event.get("time"))
         if when is None or when > now:
             continue
         if event.get("kind") == "attempt_start":
@@ -91,7 +91,7 @@ def _figures(event: dict) -> tuple[float, float] | None:
     return float(done), float(total)
 
 
-def _time(text: object) -> datetime | None:
+def event_time(text: object) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
