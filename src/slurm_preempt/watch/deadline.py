@@ -76,7 +76,7 @@ def behind(
         return None
     return (
         f"at {rate * 3600:.4g} steps/h since its first start ({progress.done:g} of {progress.total:g} saved) "
-        f"it needs {needs / 3600:.1f} h with a {margin:.0%} margin, {left / 3600:.1f} h left before "
+        f"it needs {needs / 3600:.2f} h with a {margin:.0%} margin, {left / 3600:.2f} h left before "
         f"fallback-deadline {_clock(deadline)}"
     )
 
