@@ -226,3 +226,29 @@ def test_report_says_which_events_the_jobs_owner_wrote(tmp_path):
     built = report.build_report(tmp_path, report.Prices.from_config({}))
     assert built.jobs[0].to_json()["events_by"] == {"root": 1, "owner": 1}
     assert "1 of its events written by the job's owner, not root" in report.report_text(built)
+
+
+def test_report_prints_the_live_preemption_rate_with_its_window_and_count(tmp_path, monkeypatch):
+    from datetime import timedelta
+
+    from fakeslurm import T0
+    from slurm_preempt.watch.rate import RateTracker
+
+    (tmp_path / "empty.toml").write_text("")
+    monkeypatch.setenv("SLURM_PREEMPT_CONFIG", str(tmp_path / "empty.toml"))
+    tracker = RateTracker(6 * 3600, 900, T0)
+    tracker.set_pools({"preemptible": 4})
+    for hour in (1, 2, 3):
+        tracker.saw(f"pre{hour}", "preemptible", T0 + timedelta(hours=hour), T0 + timedelta(hours=4))
+    tracker.publish(tmp_path, T0 + timedelta(hours=4))
+    runner = CliRunner()
+    text = runner.invoke(main, ["report", "--state-dir", str(tmp_path), "--no-sacct"])
+    assert text.exit_code == 0, text.output
+    assert (
+        "preemptible: 0.188 per node-hour, a node every 5.3 h: 3 preemption(s) of 4 node(s) in the "
+        "last 4.00 h" in text.output
+    )
+    as_json = json.loads(
+        runner.invoke(main, ["report", "--state-dir", str(tmp_path), "--no-sacct", "--json"]).output
+    )
+    assert as_json["live_rate"]["pools"]["preemptible"]["preemptions"] == 3

@@ -135,7 +135,7 @@ def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
         assert not run.should_checkpoint(1)
         notice = _notice(job, grace=60)
         assert run.should_checkpoint(2)
-        assert run.deadline == notice.deadline.replace(microsecond=0) and 50 < run.seconds_left <= 60
+        assert run.deadline == notice.deadline.replace(microsecond=0) and run.seconds_left <= 60
         run.save(2, {"step": 2})
         assert run.preempted  # durable now, though background saves are on
         assert CheckpointStore(tmp_path / "ckpt").latest().step == 2
@@ -144,9 +144,13 @@ def test_notice_file_triggers_a_final_synchronous_checkpoint(tmp_path, job):
 
 def test_signal_sets_a_flag_and_a_deadline_after_the_signal(tmp_path, job):
     with _run(tmp_path, job, settings=_settings(job, deadline_after_signal=30)) as run:
+        before = utcnow()
         os.kill(os.getpid(), signal.SIGUSR1)
+        after = utcnow()
         assert run.notified and run.notice is None
-        assert 25 < run.seconds_left <= 30
+        # The deadline counts from the signal, whenever a busy machine lets this line run.
+        assert before + timedelta(seconds=30) <= run.deadline <= after + timedelta(seconds=30)
+        assert run.seconds_left <= 30
         assert run.should_checkpoint(7)
         assert list(CheckpointStore(tmp_path / "ckpt").steps()) == []  # the handler did no I/O
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored on exit

@@ -185,3 +185,13 @@ def test_resolve_interval_keeps_a_number_and_refuses_nonsense():
     for bad in ("-5", "0", "ten", "inf"):
         with pytest.raises(UsageError, match="positive number or auto"):
             auto_interval.resolve_interval(bad, {})
+
+
+def test_auto_exports_its_number_and_lets_run_adapt_it_a_number_does_not():
+    auto = ["--checkpoint-interval", "auto", "--checkpoint-seconds", "60", "--mtbp", "3600"]
+    adaptive = CliRunner().invoke(cli_main, ["sbatch", *auto, "--", "true"])
+    assert adaptive.exit_code == 0, adaptive.output
+    assert "\nexport SLURM_PREEMPT_CHECKPOINT_INTERVAL=618\n" in adaptive.output
+    assert "\nexport SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO=1\n" in adaptive.output
+    fixed = CliRunner().invoke(cli_main, ["sbatch", "--checkpoint-interval", "600", "--", "true"])
+    assert fixed.exit_code == 0 and "SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO" not in fixed.output

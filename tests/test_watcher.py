@@ -225,7 +225,8 @@ def test_correlated_drain_of_four_nodes_told_in_one_poll(clean_cluster):
     result = watcher.poll_once()
     assert sorted(result.new_events) == pre
     assert result.actions == {"notice_sent": 24, "signal_sent": 16}
-    assert result.queries == 3  # sinfo, squeue of the draining nodes, squeue of pending jobs
+    # sinfo, squeue of the draining nodes, squeue of pending jobs, and the pools' sizes (live rate)
+    assert result.queries == 4
     opted = [j for j, c in jobs.items() if c]
     wait_for(lambda: all(any(r.startswith("usr1") for r in _records(cl, j)) for j in opted), 20,
              what="16 handlers")  # fmt: skip

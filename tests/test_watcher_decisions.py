@@ -37,7 +37,9 @@ def test_drain_tells_every_job_on_the_node_once_and_signals_only_opted_in(world)
     result = watcher.poll_once()
     assert result.new_events == ["pre1"] and result.draining == ["pre1"]
     assert result.actions == {"notice_sent": 3, "signal_sent": 2}
-    assert result.queries == 3  # sinfo, squeue of the draining node, squeue of pending jobs
+    # sinfo, squeue of the draining node, squeue of pending jobs; and, as events opened, one sinfo of
+    # every node for the pools' sizes (the live preemption rate: at most every rate_pool_refresh)
+    assert result.queries == 4
     assert fake.called("signal_many") == [{"job_ids": ("1", "2"), "signal": "USR1", "batch_only": True}]
     assert [fake.job(j).signals for j in ("1", "2", "3", "4")] == [["USR1"], ["USR1"], [], []]
     for job_id in ("1", "2", "3"):
@@ -73,7 +75,7 @@ def test_correlated_drain_is_told_in_one_poll_each_job_signalled_once(world):
     watcher = world.watcher()
     fake.drain(["pre1", "pre2", "pre3", "pre4"], REASON)
     result = watcher.poll_once()
-    assert result.actions == {"notice_sent": 24, "signal_sent": 16} and result.queries == 3
+    assert result.actions == {"notice_sent": 24, "signal_sent": 16} and result.queries == 4
     assert sorted(signalled(world)) == sorted(opted)  # in several scancel calls side by side, once each
     assert len(fake.called("signal_many")) > 1
     assert watcher.poll_once().actions == {}

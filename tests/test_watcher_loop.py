@@ -81,7 +81,7 @@ def test_poll_result_json_names_what_was_done(world):
     got = world.watcher().poll_once().to_json()
     assert got == {
         "event": "poll",
-        "queries": 3,
+        "queries": 4,  # with the pools' sizes for the live rate
         "draining": ["pre1"],
         "new_events": ["pre1"],
         "actions": {"notice_sent": 1, "signal_sent": 1},

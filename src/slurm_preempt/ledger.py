@@ -60,6 +60,8 @@ KINDS = (
     "notice_sent",
     "signal_sent",
     "checkpoint_saved",
+    "checkpoint_interval",
+    "progress",
     "resumed_from",
     "requeued",
     "fast_restart",

@@ -12,6 +12,10 @@ is the user's own and is left alone::
     slurm-preempt:fallback-after=3       after 3 preemptions, move the pending job to standard nodes
     slurm-preempt:fallback-pending=1800  ... or after pending 1800 s on preemptible nodes
     slurm-preempt:fallback-to=standard   the constraint to move to (default ``standard``)
+    slurm-preempt:fallback-deadline=2026-12-01T20:00:00Z
+                                         ... or when, at its measured progress, it can no longer
+                                         finish by then (``watch/deadline.py``)
+    slurm-preempt:fallback-storm=3       ... or after 3 attempts in a row saved no newer checkpoint
     slurm-preempt:fast-restart=0         do not skip Slurm's ~121 s requeue wait
 """
 
@@ -19,11 +23,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 PREFIX = "slurm-preempt:"
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "CONT", "URG", "WINCH")
 _TOKEN = re.compile(r"slurm-preempt:([a-z-]{1,20})=(\S{0,64})")
 _NUMBER = re.compile(r"[0-9]{1,9}")  # ASCII: "²".isdigit() is true and int("²") fails
+_DEADLINE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}(:[0-9]{2})?(Z|[+-][0-9]{2}:[0-9]{2})?")
 _CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-&|\[\]*()]+$")
 
 
@@ -37,6 +43,8 @@ class OptIn:
     fallback_pending: float | None = None
     fallback_to: str = "standard"
     fast_restart: bool = True
+    fallback_deadline: datetime | None = None  # UTC
+    fallback_storm: int | None = None  # attempts in a row without a newer checkpoint
 
     def to_comment(self) -> str:
         """The tokens for ``--comment`` (the inverse of ``parse``)."""
@@ -45,6 +53,10 @@ class OptIn:
             tokens.append(f"{PREFIX}fallback-after={self.fallback_after}")
         if self.fallback_pending is not None:
             tokens.append(f"{PREFIX}fallback-pending={int(self.fallback_pending)}")
+        if self.fallback_deadline is not None:
+            tokens.append(f"{PREFIX}fallback-deadline={deadline_text(self.fallback_deadline)}")
+        if self.fallback_storm is not None:
+            tokens.append(f"{PREFIX}fallback-storm={self.fallback_storm}")
         if self.fallback_to != "standard":
             tokens.append(f"{PREFIX}fallback-to={self.fallback_to}")
         if not self.fast_restart:
@@ -79,6 +91,8 @@ def parse(comment: str) -> OptIn:
         fallback_pending=_positive_int(values.get("fallback-pending")),
         fallback_to=_constraint(values.get("fallback-to")) or "standard",
         fast_restart=values.get("fast-restart", "1") not in ("0", "no", "false"),
+        fallback_deadline=parse_deadline(values.get("fallback-deadline")),
+        fallback_storm=_positive_int(values.get("fallback-storm")),
     )
 
 
@@ -93,6 +107,21 @@ def _positive_int(text: str | None) -> int | None:
     if text is None or not _NUMBER.fullmatch(text) or int(text) <= 0:
         return None
     return int(text)
+
+
+def parse_deadline(text: str | None) -> datetime | None:
+    """``2026-12-01T20:00:00Z`` (no zone: UTC) as an aware datetime; None for anything else."""
+    if not text or not _DEADLINE.fullmatch(text):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def deadline_text(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _constraint(text: str | None) -> str | None:

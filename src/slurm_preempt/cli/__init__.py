@@ -29,6 +29,7 @@ COMMANDS = {
     "history": ("report", "history"),
     "report": ("report", "report"),
     "drill": ("drill", "command"),
+    "simulate": ("simulate", "command"),
     "testcluster": ("testcluster", "group"),
 }
 

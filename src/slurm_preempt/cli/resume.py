@@ -162,6 +162,24 @@ def latest(checkpoint_dir, as_json):
 
 
 @group.command()
+@click.argument("done", type=click.IntRange(min=0))
+@click.argument("total", type=click.IntRange(min=1))
+def progress(done, total):
+    """Record this job's progress (DONE of TOTAL steps) for its fallback-deadline.
+
+    The watcher judges a job submitted with `sbatch --fallback-deadline` from it (a Run given
+    total_steps records it with each checkpoint). Call it after each checkpoint.
+
+    \b
+    Example:
+      slurm-preempt resume save -d ckpt --step 120 state.txt && slurm-preempt resume progress 120 1000
+    """
+    from slurm_preempt.job.shell import record_progress
+
+    click.echo(record_progress(done, total))
+
+
+@group.command()
 @click.option("--save-seconds", "-c", required=True, type=float, help="Time one checkpoint takes.")
 @click.option("--mtbi", "-m", required=True, type=float, help="Mean seconds between preemptions.")
 @json_option

@@ -43,8 +43,10 @@ class LedgerWriter:
                 log.warning("cannot write the ledger in %s (%s); carrying on without it", self.state_dir, exc)
             return None
 
-    def checkpoint_saved(self, found: Checkpoint, final: bool) -> Path | None:
-        """``checkpoint_saved``: ``final`` when it is the checkpoint taken for a notice."""
+    def checkpoint_saved(self, found: Checkpoint, final: bool, total_steps: int | None = None) -> Path | None:
+        """``checkpoint_saved``: ``final`` when it is the checkpoint taken for a notice; ``total_steps``
+        (when the job gave it) lets the watcher judge its progress against a fallback deadline."""
+        extra = {} if total_steps is None else {"total_steps": total_steps}
         return self.record(
             "checkpoint_saved",
             step=found.step,
@@ -52,6 +54,7 @@ class LedgerWriter:
             bytes=found.nbytes,
             seconds=found.manifest.get("seconds"),
             final=final,
+            **extra,
         )
 
     def handled_events(self) -> set[str]:

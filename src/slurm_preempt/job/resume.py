@@ -35,9 +35,10 @@ from slurm_preempt.errors import CheckpointError, SlurmPreemptError
 from slurm_preempt.job import agreement as agreement_mod
 from slurm_preempt.job import joblog
 from slurm_preempt.job import settings as job_settings
+from slurm_preempt.job.adaptive import AdaptiveInterval, from_environment, is_auto
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.commit import Owner
-from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_INTERVAL, JobEnv, fresh_notice
+from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, JobEnv, fresh_notice
 from slurm_preempt.job.formats import Format, PickleFormat, ShardedFormat
 from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.job.pacing import Pacer
@@ -69,9 +70,11 @@ class Run:
     """One attempt of a job. Build it once, early; it installs signal handlers (main thread only).
 
     ``checkpoint_dir`` (default ``$SLURM_PREEMPT_CHECKPOINT_DIR``); the cadence: ``every`` steps and/or
-    ``interval`` seconds (neither: ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``); ``format`` (``job/formats.py``,
-    default ``PickleFormat()``); ``settings`` (the ``[resume]`` section, default
-    ``job.settings.load()``). ``_wiring`` is internal (``Wiring``).
+    ``interval`` seconds (neither: ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``), or ``"auto"``: Daly's from
+    this job's measured saves and the live preemption rate (``job/adaptive.py``); ``format``
+    (``job/formats.py``, default ``PickleFormat()``); ``settings`` (the ``[resume]`` section, default
+    ``job.settings.load()``); ``total_steps``, the steps of the whole run, recorded with each checkpoint
+    so the watcher can judge progress against a ``fallback-deadline``. ``_wiring`` is internal.
     """
 
     def __init__(
@@ -79,9 +82,10 @@ class Run:
         checkpoint_dir: Path | str | None = None,
         *,
         every: int | None = None,
-        interval: float | None = None,
+        interval: float | str | None = None,
         format: Format | None = None,
         settings: job_settings.ResumeSettings | None = None,
+        total_steps: int | None = None,
         _wiring: Wiring | None = None,
     ):
         wiring = Wiring() if _wiring is None else _wiring
@@ -98,17 +102,24 @@ class Run:
         whole = None if isinstance(self._format, ShardedFormat) else self._format
         self._store = CheckpointStore(folder, keep=self._settings.keep, owner=owner, format=whole)
         if interval is None and every is None:
-            interval = _seconds(env.get(ENV_CHECKPOINT_INTERVAL))
-        self._interval, self._every = interval, every
+            interval = from_environment(env)
         self._agreement = wiring.agreement or agreement_mod.default(self._env.world)
         self._writer = (self._env.rank == 0) if wiring.writer is None else wiring.writer
+        self._ledger = LedgerWriter.for_job(self._env)
+        self._adaptive: AdaptiveInterval | None = None
+        if is_auto(interval):
+            record = self._ledger.record if self._writer else (lambda *_a, **_k: None)
+            self._adaptive = AdaptiveInterval(self._env.state_dir, self._env.num_nodes, env, record)
+            interval = self._adaptive.update()  # at each attempt, from the rate published now
+        self._interval: float | None = None if isinstance(interval, str) else interval
+        self._total_steps = total_steps if isinstance(total_steps, int) and total_steps > 0 else None
+        self._every = every
         # Sharded: every rank writes its part of each checkpoint, one commit makes them visible.
         self._sharded = (
             ShardedStore(folder, self._agreement, self._store.keep, owner) if self._format.sharded else None
         )
         seconds = self._settings.agree_seconds
         self._pacer = Pacer(seconds if self._agreement.world > 1 else 0.0)
-        self._ledger = LedgerWriter.for_job(self._env)
         self._step = 0
         self._restored: Checkpoint | None = None
         self._last_save = self._clock()
@@ -130,7 +141,8 @@ class Run:
 
     @property
     def interval(self) -> float | None:
-        """Seconds between periodic checkpoints (given, or ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``)."""
+        """Seconds between periodic checkpoints in force (given, ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``,
+        or with ``auto`` the one taken at the last save)."""
         return self._interval
 
     @property
@@ -307,9 +319,10 @@ class Run:
         synchronous, and every rank learns whether it succeeded. Raises CheckpointError on every rank
         when a sharded or final save failed (on the writer rank for a periodic one); the previous
         checkpoint stays the newest."""
-        fmt = self._format
+        fmt, began = self._format, time.monotonic()
         if isinstance(fmt, ShardedFormat):
             self._save_parts(step, fmt.writer(state), fmt.name, meta)
+            self._measured(began)
             return
         final = self._stopping
         error = None
@@ -326,6 +339,12 @@ class Run:
             raise error
         self._step, self._last_save = step, self._clock()
         self._final_saved = final
+        self._measured(began)
+
+    def _measured(self, began: float) -> None:
+        """With ``interval="auto"``: this save held training since ``began``; take the interval again."""
+        if self._adaptive is not None:
+            self._interval = self._adaptive.saved(time.monotonic() - began)
 
     def _write(self, step: int, state: Any, meta: dict, background: bool) -> None:
         done = self._store.wait()  # surfaces a failed background save
@@ -358,7 +377,7 @@ class Run:
 
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
-        self._ledger.checkpoint_saved(found, final=self._stopping)
+        self._ledger.checkpoint_saved(found, final=self._stopping, total_steps=self._total_steps)
 
     def _current_event(self) -> set[str]:
         notice = self.notice if self._stopping else None
@@ -432,14 +451,6 @@ class Run:
             done.touch()
         except OSError as exc:
             log.warning("cannot write %s (%s): a notice now would run the finished job again", done, exc)
-
-
-def _seconds(text: str | None) -> float | None:
-    try:
-        value = float(text) if text else None
-    except ValueError:
-        return None
-    return value if value and value > 0 else None
 
 
 __all__ = ["Run", "SlurmPreemptError", "Wiring"]

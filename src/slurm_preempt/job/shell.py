@@ -146,3 +146,19 @@ def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
         return True, outcome.message, 0
     code = job_settings.load().requeue_exit_code
     return False, outcome.message, code if code is not None else EXIT_SLURM
+
+
+def record_progress(done: int, total: int) -> Path:
+    """A ``progress`` ledger event (steps done of the total) for this job: what the watcher's
+    ``fallback-deadline`` judges (``watch/deadline.py``). UsageError outside a job or without a ledger."""
+    from slurm_preempt.errors import UsageError
+
+    if not 0 <= done <= total or total <= 0:
+        raise UsageError(f"progress {done} of {total}: give DONE TOTAL with 0 <= DONE <= TOTAL and TOTAL > 0")
+    env = JobEnv.from_environ()
+    if not env.job_id or env.state_dir is None:
+        raise UsageError("resume progress runs inside a Slurm job with a state folder (SLURM_JOB_ID unset)")
+    path = LedgerWriter.for_job(env).record("progress", step=done, total_steps=total)
+    if path is None:
+        raise UsageError(f"cannot write the ledger under {env.state_dir}")
+    return path

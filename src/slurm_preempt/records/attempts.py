@@ -51,6 +51,7 @@ class Attempt:
     notice_by: str = ""  # who wrote its notice_sent event (ledger.written_by): root, writer, owner
     checkpoints: list[datetime] = field(default_factory=list)
     final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
+    intervals: list[float] = field(default_factory=list)  # checkpoint intervals taken (interval="auto")
     wait_before: float | None = None  # seconds since the previous attempt ended
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
@@ -100,6 +101,7 @@ class Attempt:
             "notice_by": self.notice_by or None,
             "checkpoints": [t(c) for c in self.checkpoints],
             "last_checkpoint": t(self.last_checkpoint),
+            "checkpoint_intervals": self.intervals,
             "lost_seconds": round(self.lost_seconds, 1),
             "wait_before_seconds": None if self.wait_before is None else round(self.wait_before, 1),
             "source": self.source,
@@ -119,6 +121,7 @@ class JobHistory:
     checkpoint_seconds: list[float] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what the watcher could not fix by itself
     events_by: dict[str, int] = field(default_factory=dict)  # believed events by writer: root, writer, owner
+    moves: list[str] = field(default_factory=list)  # the watcher's fallback moves, with their reasons
 
     @property
     def lost_seconds(self) -> float:
@@ -128,6 +131,7 @@ class JobHistory:
         return {
             "job_id": self.job_id,
             "warnings": self.warnings,
+            "moves": self.moves,
             "user": self.user,
             "partition": self.partition,
             "constraints": self.constraints,

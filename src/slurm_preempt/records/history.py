@@ -45,8 +45,9 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
-        if event["kind"] == "launch_held":
-            history.ignored_events += not _applied(_add_launch_held, history, attempts, event)
+        if event["kind"] in ("launch_held", "fallback"):
+            add = _add_launch_held if event["kind"] == "launch_held" else _add_move
+            history.ignored_events += not _applied(add, history, attempts, event)
     _finish(attempts)
     history.attempts = attempts
     return history
@@ -84,6 +85,14 @@ def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
     where = f"moved to {fallback}, " if shown else ""
     by = "by the watcher" if _by(event) in ("root", "writer", "") else "(the job's owner says so)"
     history.warnings.append(f"{when} {why}: {where}released {by}")
+
+
+def _add_move(history: JobHistory, _attempts, event: dict) -> None:
+    """The watcher's ``fallback`` event: where the job went and why (printable text, bounded)."""
+    moment, after, why = _time(event), event.get("after"), str(event.get("why", ""))
+    where = after if isinstance(after, str) and _CONSTRAINT.fullmatch(after) else "its fallback nodes"
+    reason = "".join(ch for ch in why if ch.isprintable())[:300]
+    history.moves.append(f"{_clock(moment)} moved to {where}: {reason}")
 
 
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|!-]{1,64}")
@@ -217,7 +226,7 @@ def _pair(attempts: list[Attempt], index: int, start: datetime) -> Attempt | Non
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
     kind, moment = event["kind"], _time(event)
-    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued"):
+    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued", "checkpoint_interval"):
         return
     attempt = _attempt_at(attempts, moment)
     if attempt is None:
@@ -233,6 +242,10 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
             attempt.final_checkpoints.append(moment)
         if isinstance(event.get("seconds"), (int, float)):
             history.checkpoint_seconds.append(float(event["seconds"]))
+    elif kind == "checkpoint_interval":
+        seconds = event.get("seconds")
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < 1e7:
+            attempt.intervals.append(float(seconds))
     elif kind == "requeued":
         attempt.cause = "requeued after notice" if attempt.notice_time else "requeued by the job"
 
@@ -387,8 +400,11 @@ def history_text(history: JobHistory) -> str:
             f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
             f"  work lost {seconds_text(a.lost_seconds)}"
         )
+        if a.intervals:
+            lines.append("  checkpoint interval " + " -> ".join(f"{s:.0f} s" for s in a.intervals))
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
+    lines += [f"moved: {move}" for move in history.moves]
     for warning in history.warnings:
         lines.append(f"warning: {warning}")
     written = [f"{_WRITERS[w]} {n}" for w, n in sorted(history.events_by.items()) if w in _WRITERS]

@@ -204,6 +204,7 @@ class Report:
     jobs: list[JobCost] = field(default_factory=list)
     accounting: bool = False
     unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its ledger was skipped
+    live_rate: dict | None = None  # what the watcher publishes (watch/rate.py)
 
     def totals(self) -> dict:
         def total(name):
@@ -249,6 +250,7 @@ class Report:
             "jobs": [j.to_json() for j in self.jobs],
             "total": self.totals(),
             "unreadable": self.unreadable,
+            "live_rate": self.live_rate,
         }
 
 
@@ -308,7 +310,11 @@ def run_report(
         except ValueError:
             raise UsageError(f"--since {since!r} is not a date (2026-12-01 or 2026-12-01T06:00)") from None
     prices = Prices.from_config(settings.section("report"))
-    return build_report(folder, prices, Slurm() if use_sacct else None, moment, user, partition)
+    from slurm_preempt.watch import rate
+
+    found = build_report(folder, prices, Slurm() if use_sacct else None, moment, user, partition)
+    found.live_rate = rate.read_published(folder)
+    return found
 
 
 def _hours(value: float) -> str:
@@ -339,6 +345,12 @@ def _assumption_note(discount: float) -> str:
 
 
 def report_text(report: Report) -> str:
+    from slurm_preempt.watch.rate import describe
+
+    return "\n\n".join(part for part in (_jobs_text(report), "\n".join(describe(report.live_rate))) if part)
+
+
+def _jobs_text(report: Report) -> str:
     source = "ledger + sacct -D" if report.accounting else "ledger only (no accounting)"
     if not report.jobs:
         return f"no jobs recorded ({source})"

@@ -158,7 +158,9 @@ OPTIONS: tuple[Option, ...] = (
         "Handed to the command as SLURM_PREEMPT_CHECKPOINT_INTERVAL; auto: Young/Daly.",
         "N|auto",
         details="`auto` computes the Young/Daly interval (seconds) from `--checkpoint-seconds` and "
-        "`--mtbp`, or learns both from earlier jobs with `--learn-from`.",
+        "`--mtbp`, or learns both from earlier jobs with `--learn-from`; a `Run` of the resume library "
+        "then takes it as its default and adapts it at every save to its measured saves and the "
+        "watcher's live preemption rate (SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO=1).",
     ),
     Option(
         "checkpoint_seconds",
@@ -204,6 +206,21 @@ OPTIONS: tuple[Option, ...] = (
         details="Opt-in token: the watcher moves the pending job to `--fallback-to` nodes.",
     ),
     Option("fallback_pending", "... or after pending this long.", "SECONDS"),
+    Option(
+        "fallback_deadline",
+        "... or once it can no longer finish by this UTC time.",
+        "ISO-TIME",
+        details="Opt-in token: when the job waits after a preemption, the watcher moves it if the steps "
+        "left, at the rate it saved steps since its first start, no longer fit before this time "
+        "(`Run(total_steps=N)` or `resume progress` report them).",
+    ),
+    Option(
+        "fallback_storm",
+        "... or after N attempts in a row saved no newer checkpoint.",
+        "N",
+        details="Opt-in token: a restart storm is moved to `--fallback-to` nodes with its reason in "
+        "`history`, instead of being requeued for ever.",
+    ),
     Option("fallback_to", "Constraint to fall back to.", "CONSTRAINT", default="standard"),
     Option(
         "fast_restart",

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from slurm_preempt.errors import ConfigError, UsageError
-from slurm_preempt.optin import OptIn, merge_comment
-from slurm_preempt.sbatch.auto_interval import resolve_interval
+from slurm_preempt.optin import OptIn, merge_comment, parse_deadline
+from slurm_preempt.sbatch.auto_interval import is_auto, resolve_interval
 from slurm_preempt.sbatch.options import (
     ARRAY_RE,
     CONSTRAINT_RE,
@@ -78,6 +79,7 @@ class JobSpec:
     timelimit_notice: int | None = None
     checkpoint_dir: str = ""
     checkpoint_interval: str | None = None
+    checkpoint_interval_auto: bool = False  # Run adapts it to the live rate (job/adaptive.py)
     resume_flags: list[str] = field(default_factory=list)
     sidecar: bool = False
     grace: int = DEFAULTS["grace"]
@@ -296,6 +298,8 @@ def _preemption(spec: JobSpec, s: dict) -> None:
         fallback_pending=_optional_int("--fallback-pending", s.get("fallback_pending")),
         fallback_to=fallback_to,
         fast_restart=bool(s.get("fast_restart", DEFAULTS["fast_restart"])),
+        fallback_deadline=_deadline(s.get("fallback_deadline")),
+        fallback_storm=_optional_int("--fallback-storm", s.get("fallback_storm")),
     )
     if s.get("comment"):
         spec.user_comment = check_line("--comment", s["comment"])
@@ -323,6 +327,7 @@ def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:
     interval = s.get("checkpoint_interval")
     if interval is not None:
         spec.checkpoint_interval = resolve_interval(str(interval), s)
+        spec.checkpoint_interval_auto = is_auto(interval)
     spec.resume_flags = [check_arg("--resume-flag", str(f)) for f in s.get("resume_flag", [])]
 
 
@@ -353,3 +358,15 @@ def _check_template_fit(spec: JobSpec) -> None:
         raise UsageError("--array does not go with the torchrun template")
     if spec.array and spec.template == "plain":
         spec.template = "array"
+
+
+def _deadline(text: object) -> datetime | None:
+    """``--fallback-deadline``: a UTC time to come, else a one-line UsageError."""
+    if text is None:
+        return None
+    moment = parse_deadline(str(text).strip())
+    if moment is None:
+        raise UsageError(f"--fallback-deadline {text!r}: give a time as 2026-12-01T20:00:00Z (UTC)")
+    if moment <= datetime.now(timezone.utc):
+        raise UsageError(f"--fallback-deadline {text}: the deadline is in the past")
+    return moment

@@ -21,6 +21,8 @@ from slurm_preempt.errors import JobGoneError, SlurmError
 from slurm_preempt.notice import deadline, to_text, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch import deadline as deadline_rule
+from slurm_preempt.watch import storm
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 
 log = logging.getLogger(__name__)
@@ -167,20 +169,30 @@ def pending_for(job: Job, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds()) if since else 0.0
 
 
-def _fallback_why(job: Job, wish: optin.OptIn, now: datetime) -> str | None:
+def _fallback_why(job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | None = None) -> str | None:
     if wish.fallback_after and job.restart_count >= wish.fallback_after:
         return f"preempted {job.restart_count} times (fallback-after={wish.fallback_after})"
     waited = pending_for(job, now)
     if wish.fallback_pending and waited >= wish.fallback_pending:
         wanted = job.features or "its nodes"
         return f"pending {waited:.0f} s for {wanted} (fallback-pending={wish.fallback_pending:g})"
-    return None
+    if (wish.fallback_deadline is None and not wish.fallback_storm) or state_dir is None:
+        return None
+    try:
+        events = ledger.trusted_events(state_dir, job.job_id)
+    except (OSError, ValueError) as exc:
+        log.warning("job %s: ledger unreadable, its progress not judged: %s", job.job_id, exc)
+        return None
+    stormy = storm.storm(events, job.restart_count, wish.fallback_storm or 0, now)
+    if stormy is not None or wish.fallback_deadline is None:
+        return stormy
+    return deadline_rule.behind(deadline_rule.progress_of(events, now), wish.fallback_deadline, now)
 
 
 def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
     if job.features == wish.fallback_to or ctx.sent.restarts_of(job.job_id).fallback:
         return
-    why = _fallback_why(job, wish, now)
+    why = _fallback_why(job, wish, now, ctx.state_dir)
     if why is None:
         return
     try:

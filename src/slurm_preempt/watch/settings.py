@@ -103,6 +103,15 @@ class Settings:
         "first poll after (its script may not trap it yet)",
     )
     fast_restart: bool = key(True, flag, "`starttime=now` for requeued opted-in jobs")
+    rate_window: float = key(
+        21600.0, seconds(positive=True), "seconds of preemptions behind the published preemption rate"
+    )
+    rate_jump_window: float = key(
+        900.0, seconds(positive=True), "short window whose rate wins when it differs (a jump)"
+    )
+    rate_pool_refresh: float = key(
+        600.0, seconds(positive=True), "seconds between counts of the pools' nodes (one `sinfo`)"
+    )
     fallback: bool = key(True, flag, "apply the jobs' fallback policies")
     max_backoff: float = key(60.0, seconds(positive=True), "longest wait after failed polls")
     slurm_timeout: float = key(15.0, seconds(positive=True), "timeout of each Slurm command")

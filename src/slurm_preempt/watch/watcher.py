@@ -13,9 +13,13 @@ nodes:
 3. ``squeue -t pending`` when fast restart or fallback is on, for the requeued opted-in jobs (and
    those a failed launch holds: ``launchhold``).
 
-So at most 3 queries, plus the actions: one ``scancel --signal`` per batch of jobs told (a few batches
-side by side) and one ``scontrol update`` per job restarted or moved. Nothing kept from one poll to the
-next grows with the number of polls: only what is open now (``SentState``).
+4. ``sinfo -N`` of every node, for the pools' sizes behind the live preemption rate (``watch.rate``),
+   only in a poll that opened drain events, at most every ``rate_pool_refresh`` seconds.
+
+So at most 4 queries (3 but for the rate's), plus the actions: one ``scancel --signal`` per batch of
+jobs told (a few batches side by side) and one ``scontrol update`` per job restarted or moved.
+Nothing kept from one poll to the next grows with the number of polls: only what is open now
+(``SentState``).
 
 Sidecar (``job_id`` set, run by the job itself): ``squeue -j J`` then ``sinfo -n <J's nodes>``; it tells
 only its own job and ends when the job stops running.
@@ -42,6 +46,7 @@ from slurm_preempt.watch import events, launchhold, sentstate
 from slurm_preempt.watch.actions import Clock, Context, Emit, LostLease, enforce, enforce_due, restart
 from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.outbox import Outbox
+from slurm_preempt.watch.rate import RatePublisher
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 from slurm_preempt.watch.sources import Drain, Source, SourceError, slurm_drains
 from slurm_preempt.watch.tell import confirm, tell_many
@@ -117,6 +122,7 @@ class Watcher:
         self._last_answer: dict[str, list[Drain]] = {}
         self._young_since: dict[str, datetime] = {}  # jobs whose signal waits: since when (our clock)
         self._save_failed = False
+        self.rate = _rate_publisher(settings, state_dir, clock()) if job_id is None and user is None else None
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -164,6 +170,8 @@ class Watcher:
         nodes = self._nodes(states=NODE_STATES)
         drains = slurm_drains(nodes, self.settings.rules, self.settings.grace, now) + self._source_drains()
         result.new_events = self._update_events(drains, None, now)
+        if self.rate is not None:
+            self.rate.after_poll(self._nodes, nodes, result.new_events, now)
         due = [e for e in self.sent.events.values() if not e.handled]
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         if due or enforcing:
@@ -351,6 +359,14 @@ class Watcher:
             if not self._save_failed:  # once per failure spell, not on every poll
                 log.warning("cannot save the watcher state to %s: %s (kept in memory)", self.sent.path, exc)
             self._save_failed = True
+
+
+def _rate_publisher(settings: Settings, state_dir: Path | None, now: datetime) -> RatePublisher | None:
+    """The cluster daemon's live preemption rate (``watch.rate``), published under its state folder."""
+    if state_dir is None:
+        return None
+    windows = (settings.rate_window, settings.rate_jump_window, settings.rate_pool_refresh)
+    return RatePublisher(state_dir, *windows, now)
 
 
 def _deadline(event: NodeEvent) -> datetime:

@@ -1,0 +1,193 @@
+"""One job and the field it runs in, as ``slurm-preempt simulate`` takes them, checked once.
+
+Every figure is validated here (finite, inside a sane range) so that the engine never sees a NaN, a
+negative duration or an absurd value; each refusal is one ``UsageError`` line naming the option.
+
+The toolkit's own figures are not inputs: they are what the benchmarks measured (README,
+"Performance"; ``bench/bench_e2e.py`` and ``bench/bench_watcher.py``), kept here once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_preempt.errors import UsageError
+from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
+from slurm_preempt.records.prices import DEFAULT_DISCOUNT
+from slurm_preempt.watch import deadline
+
+# Measured (README "Performance", 2-core VM, Slurm 22.05.8): drain -> the job's handler, p99 of 20
+# drains with the watcher's 1 s poll; requeue -> running again with the watcher's fast restart, and
+# without it (Slurm's BeginTime hold, cred_expire + 1 = 121 s, then scheduling).
+NOTICE_LATENCY_SECONDS = 0.86
+FAST_RESTART_SECONDS = 2.9
+SLURM_REQUEUE_HOLD_SECONDS = 177.0
+
+HOUR = 3600.0
+MAX_HOURS = 100_000.0  # ~11 years: anything longer is a typo
+MAX_NODES = 100_000
+MAX_SECONDS = 86_400.0  # one checkpoint, restart or notice longer than a day is a typo
+MAX_RUNS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Field:
+    """How preemption behaves: a per-node mean time between preemptions, or gaps from a trace."""
+
+    mtbp_hours: float | None = None  # per node
+    trace_gaps: tuple[float, ...] = ()  # seconds between preemptions of one node, resampled
+    jump_hour: float | None = None  # wall hour (from submission) at which the rate changes
+    jump_factor: float = 1.0  # the rate is multiplied by this from jump_hour on
+    mass_drain_hours: float | None = None  # mean time between correlated mass drains of the pool
+    mass_drain_fraction: float = 0.5  # share of the preemptible nodes one mass drain takes
+    capacity_wait_minutes: float = 0.0  # after a mass drain, how long no preemptible node is free
+    unannounced: float = 0.05  # share of preemptions that come with no usable notice
+
+    @property
+    def mean_gap_seconds(self) -> float:
+        if self.trace_gaps:
+            return sum(self.trace_gaps) / len(self.trace_gaps)
+        assert self.mtbp_hours is not None
+        return self.mtbp_hours * HOUR
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per node-hour; without an on-demand price the costs are in on-demand node-hours (1 each)."""
+
+    on_demand: float | None = None
+    preemptible: float | None = None
+    discount: float = DEFAULT_DISCOUNT
+
+    @property
+    def ratio(self) -> float:
+        """Preemptible over on-demand price per node-hour."""
+        if self.on_demand is not None and self.preemptible is not None:
+            return self.preemptible / self.on_demand
+        return 1.0 - self.discount
+
+    @property
+    def unit(self) -> str:
+        return "money" if self.on_demand is not None else "on-demand node-hours"
+
+    @property
+    def per_node_hour(self) -> float:
+        return self.on_demand if self.on_demand is not None else 1.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of the fallback policies (as in a job's comment)."""
+
+    fallback_after: int = 3
+    fallback_pending_minutes: float = 10.0
+    deadline_margin: float = deadline.MARGIN  # the watcher's own (watch/deadline.py)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    work_hours: float
+    nodes: int
+    checkpoint_seconds: float
+    restart_seconds: tuple[float, float]  # uniform between the two
+    notice_seconds: float = DEFAULT_GRACE_SECONDS
+    deadline_hours: float | None = None
+    field: Field = Field(mtbp_hours=2.0)
+    prices: Prices = Prices()
+    policy: Policy = Policy()
+
+    @property
+    def work_seconds(self) -> float:
+        return self.work_hours * HOUR
+
+    def __post_init__(self) -> None:
+        check_spec(self)
+
+
+def number(option: str, value: Any, low: float, high: float, *, low_open: bool = True) -> float:
+    """``value`` as a float inside (low, high] (or [low, high]), else a one-line UsageError."""
+    try:
+        figure = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{option} {value!r}: not a number") from None
+    if not math.isfinite(figure):
+        raise UsageError(f"{option} {value}: not a finite number")
+    too_low = figure <= low if low_open else figure < low
+    if too_low or figure > high:
+        bound = f"more than {low:g}" if low_open else f"at least {low:g}"
+        raise UsageError(f"{option} {value}: must be {bound} and at most {high:g}")
+    return figure
+
+
+def restart_range(text: str) -> tuple[float, float]:
+    """``180`` or ``180-300`` (seconds) as a (low, high) pair."""
+    parts = str(text).strip().split("-")
+    if len(parts) not in (1, 2) or not all(p.strip() for p in parts):
+        raise UsageError(f"--restart-seconds {text!r}: give SECONDS or LOW-HIGH (180-300)")
+    low, high = (number("--restart-seconds", p, 0, MAX_SECONDS, low_open=False) for p in (parts * 2)[:2])
+    if low > high:
+        raise UsageError(f"--restart-seconds {text!r}: the low end is above the high end")
+    return low, high
+
+
+def check_spec(spec: JobSpec) -> None:
+    number("--work-hours", spec.work_hours, 0, MAX_HOURS)
+    number("--nodes", spec.nodes, 0, MAX_NODES)
+    if int(spec.nodes) != spec.nodes:
+        raise UsageError(f"--nodes {spec.nodes}: a whole number of nodes")
+    number("--checkpoint-seconds", spec.checkpoint_seconds, 0, MAX_SECONDS, low_open=False)
+    for value in spec.restart_seconds:
+        number("--restart-seconds", value, 0, MAX_SECONDS, low_open=False)
+    number("--notice-seconds", spec.notice_seconds, 0, MAX_SECONDS, low_open=False)
+    if spec.deadline_hours is not None:
+        if math.isfinite(spec.deadline_hours) and spec.deadline_hours <= 0:
+            raise UsageError(f"--deadline-hours {spec.deadline_hours:g}: the deadline is in the past")
+        number("--deadline-hours", spec.deadline_hours, 0, MAX_HOURS)
+    _check_field(spec.field)
+    _check_prices(spec.prices)
+    _check_policy(spec.policy)
+
+
+def _check_field(field: Field) -> None:
+    if field.trace_gaps:
+        if field.mtbp_hours is not None:
+            raise UsageError("--mtbp and --trace: give one of them")
+    elif field.mtbp_hours is None:
+        raise UsageError("give --mtbp HOURS (mean time between preemptions of one node) or --trace FILE")
+    else:
+        number("--mtbp", field.mtbp_hours, 0, MAX_HOURS)
+        if field.mtbp_hours * HOUR < 1:
+            raise UsageError(f"--mtbp {field.mtbp_hours:g}: under one second between preemptions")
+    if field.jump_hour is not None:
+        number("--rate-jump (hour)", field.jump_hour, 0, MAX_HOURS, low_open=False)
+    number("--rate-jump (factor)", field.jump_factor, 0, 1000)
+    if field.mass_drain_hours is not None:
+        number("--mass-drain-hours", field.mass_drain_hours, 0, MAX_HOURS)
+    number("--mass-drain-fraction", field.mass_drain_fraction, 0, 1)
+    number("--capacity-wait-minutes", field.capacity_wait_minutes, 0, MAX_HOURS * 60, low_open=False)
+    number("--unannounced", field.unannounced, 0, 1, low_open=False)
+
+
+def _check_prices(prices: Prices) -> None:
+    number("--discount", prices.discount, 0, 1, low_open=False)
+    for option, value in (
+        ("--price-on-demand", prices.on_demand),
+        ("--price-preemptible", prices.preemptible),
+    ):
+        if value is not None:
+            number(option, value, 0, 1e9)
+    if prices.preemptible is not None and prices.on_demand is None:
+        raise UsageError("--price-preemptible needs --price-on-demand too")
+
+
+def _check_policy(policy: Policy) -> None:
+    number("--fallback-after", policy.fallback_after, 0, 10_000)
+    number("--fallback-pending-minutes", policy.fallback_pending_minutes, 0, MAX_HOURS * 60)
+    number("--deadline-margin", policy.deadline_margin, 0, 0.9, low_open=False)
+
+
+def check_runs(runs: int) -> int:
+    number("--runs", runs, 0, MAX_RUNS)
+    return int(runs)

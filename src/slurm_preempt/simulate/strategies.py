@@ -1,0 +1,100 @@
+"""The strategies ``simulate`` compares, and the checkpoint interval each one uses.
+
+- on-demand only: standard nodes, no preemption, no checkpoint: the reference cost.
+- the seeds' plain recipe: periodic checkpoints at Daly's interval, ``--requeue``, no notice (Slurm tells
+  a drained node's job nothing), and Slurm's requeue hold before it runs again.
+- submitit-style: requeue on Slurm's signal. A provider's drain makes Slurm send no signal, so it loses
+  what the plain recipe loses and waits as long (measured alike on the local cluster: DESIGN.md,
+  "both redo ~31 steps and run again ~141 s after the drain"); its row shows that, not a guess.
+- this toolkit: the watcher's notice (measured latency), a final checkpoint, the fast restart
+  (measured), periodic checkpoints only against the preemptions no notice covers; with each fallback
+  policy of the watcher: none, after K preemptions, after S minutes pending, the deadline
+  (Uniform-Progress rule) and the cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slurm_preempt.job.interval import daly
+from slurm_preempt.simulate.spec import (
+    FAST_RESTART_SECONDS,
+    NOTICE_LATENCY_SECONDS,
+    SLURM_REQUEUE_HOLD_SECONDS,
+    JobSpec,
+)
+
+FALLBACKS = ("after", "pending", "deadline", "cost")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    label: str
+    interval: float  # compute seconds between periodic checkpoints; inf: none
+    on_demand: bool = False  # on standard nodes from the start
+    notices: bool = False  # the watcher's notice and a final checkpoint
+    requeue_wait: float = SLURM_REQUEUE_HOLD_SECONDS  # from leaving to running again, unpaid
+    fallback: str | None = None  # one of FALLBACKS
+
+
+def job_mtbp(spec: JobSpec) -> float:
+    """Mean seconds between preemptions of the job (any of its nodes), before any rate jump."""
+    return spec.field.mean_gap_seconds / spec.nodes
+
+
+def notice_usable(spec: JobSpec) -> bool:
+    """A final checkpoint fits between the notice reaching the job and the node's removal."""
+    return NOTICE_LATENCY_SECONDS + spec.checkpoint_seconds <= spec.notice_seconds
+
+
+def recipe_interval(spec: JobSpec) -> float:
+    """Daly's interval for checkpoints that must cover every preemption."""
+    return _daly_or_floor(spec.checkpoint_seconds, job_mtbp(spec))
+
+
+def toolkit_interval(spec: JobSpec) -> float:
+    """Daly's interval against the preemptions that no notice covers (all of them if a final
+    checkpoint does not fit in the notice); none when every preemption comes with a usable one."""
+    if not notice_usable(spec):
+        return recipe_interval(spec)
+    if spec.field.unannounced <= 0:
+        return math.inf
+    return _daly_or_floor(spec.checkpoint_seconds, job_mtbp(spec) / spec.field.unannounced)
+
+
+def _daly_or_floor(checkpoint: float, mtbp: float) -> float:
+    return max(daly(checkpoint, mtbp), 1.0)  # a free checkpoint still takes a step: at least 1 s
+
+
+def strategies(spec: JobSpec) -> list[Strategy]:
+    """Every strategy that applies to ``spec`` (the deadline policy only with a deadline)."""
+    plain = recipe_interval(spec)
+    toolkit = toolkit_interval(spec)
+    found = [
+        Strategy("on-demand", "on-demand only", math.inf, on_demand=True, requeue_wait=0.0),
+        Strategy("plain", "seeds' plain recipe", plain),
+        Strategy("submitit", "submitit-style", plain),
+        Strategy("toolkit", "slurm-preempt", toolkit, notices=True, requeue_wait=FAST_RESTART_SECONDS),
+    ]
+    labels = {
+        "after": f"slurm-preempt, fallback-after={spec.policy.fallback_after}",
+        "pending": f"slurm-preempt, fallback-pending={spec.policy.fallback_pending_minutes:g}m",
+        "deadline": "slurm-preempt, fallback-deadline",
+        "cost": "slurm-preempt, fallback-cost",
+    }
+    for fallback in FALLBACKS:
+        if fallback == "deadline" and spec.deadline_hours is None:
+            continue
+        found.append(
+            Strategy(
+                f"toolkit-{fallback}",
+                labels[fallback],
+                toolkit,
+                notices=True,
+                requeue_wait=FAST_RESTART_SECONDS,
+                fallback=fallback,
+            )
+        )
+    return found

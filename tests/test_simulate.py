@@ -1,0 +1,207 @@
+"""slurm_preempt.simulate and ``slurm-preempt simulate``: the model against Daly's closed form, the
+strategies and fallback policies, reproducibility, traces and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_preempt.cli import main
+from slurm_preempt.errors import UsageError
+from slurm_preempt.job.interval import daly
+from slurm_preempt.simulate import engine, results, trace
+from slurm_preempt.simulate.spec import Field, JobSpec, Policy
+from slurm_preempt.simulate.strategies import Strategy, strategies
+
+REFERENCE = dict(work_hours=100, nodes=4, checkpoint_seconds=60, restart_seconds=(180.0, 300.0))
+
+
+def daly_wall_seconds(work: float, c: float, restart: float, mtbi: float, tau: float) -> float:
+    """Daly (2006), eq. 14: expected wall time with Poisson failures, restart R, segments tau + c."""
+    return mtbi * math.exp(restart / mtbi) * (math.exp((tau + c) / mtbi) - 1) * work / tau
+
+
+@pytest.mark.parametrize("c, restart, mtbi_hours", [(60, 240, 0.5), (30, 0, 2.0), (300, 120, 1.0)])
+def test_constant_rate_without_notice_matches_dalys_closed_form_within_2_percent(c, restart, mtbi_hours):
+    spec = JobSpec(
+        work_hours=20,
+        nodes=1,
+        checkpoint_seconds=c,
+        restart_seconds=(restart, restart),
+        field=Field(mtbp_hours=mtbi_hours),
+    )
+    tau = daly(c, mtbi_hours * 3600)
+    plain = Strategy("plain", "plain", tau, requeue_wait=0.0)
+    runs = engine.simulate(spec, plain, 4000, seed=7)
+    # Daly's model restarts after every failure, the first start too: ours starts without one.
+    expected = daly_wall_seconds(spec.work_seconds, c, restart, mtbi_hours * 3600, tau) - restart
+    measured = float(runs.now.mean())
+    print(
+        f"c={c} R={restart} M={mtbi_hours}h: simulated {measured / 3600:.2f} h, Daly {expected / 3600:.2f} h"
+    )
+    assert runs.completed.all()
+    assert measured == pytest.approx(expected, rel=0.02)
+
+
+def test_the_reference_job_plain_recipe_pays_what_daly_says_and_the_toolkit_less():
+    spec = JobSpec(**REFERENCE, field=Field(mtbp_hours=2.0))
+    found = {s.name: s for s in results.run_all(spec, 2000, seed=1)}
+    print({name: round(s.cost_fraction or 0, 3) for name, s in found.items()})
+    assert found["on-demand"].cost_fraction == pytest.approx(1.0)
+    assert 0.72 <= (found["plain"].cost_fraction or 0) <= 0.77  # Daly, restart 3-5 min: 0.72-0.77
+    assert (found["toolkit"].cost_fraction or 1) < (found["plain"].cost_fraction or 0) - 0.1
+    assert found["toolkit"].median_hours < found["plain"].median_hours  # type: ignore[operator]
+
+
+def test_same_seed_same_figures_other_seed_other_figures():
+    spec = JobSpec(work_hours=5, nodes=2, checkpoint_seconds=30, restart_seconds=(60, 120))
+    first, again = (results.run_all(spec, 300, seed=3) for _ in range(2))
+    other = results.run_all(spec, 300, seed=4)
+    assert first == again
+    assert [s.median_hours for s in first] != [s.median_hours for s in other]
+
+
+def _toolkit(spec: JobSpec, fallback: str | None, count: int = 1500) -> results.Summary:
+    strategy = next(s for s in strategies(spec) if s.notices and s.fallback == fallback)
+    return results.summarise(spec, strategy, engine.simulate(spec, strategy, count, seed=2))
+
+
+def test_deadline_policy_never_moves_with_a_loose_deadline_and_saves_a_tight_one():
+    loose = JobSpec(**REFERENCE, deadline_hours=200)
+    assert _toolkit(loose, "deadline").moved_share == 0
+    tight = JobSpec(**REFERENCE, deadline_hours=118)
+    alone, policed = _toolkit(tight, None), _toolkit(tight, "deadline")
+    print(f"deadline 118 h: miss {alone.miss_probability:.1%} alone, {policed.miss_probability:.1%} policed")
+    assert (alone.miss_probability or 0) > 0.5
+    assert policed.miss_probability == 0 and policed.moved_share > 0.9
+
+
+def test_cost_policy_moves_once_a_rate_jump_makes_preemptible_dearer():
+    calm = JobSpec(work_hours=20, nodes=4, checkpoint_seconds=60, restart_seconds=(180, 300))
+    jump = JobSpec(
+        work_hours=20,
+        nodes=4,
+        checkpoint_seconds=60,
+        restart_seconds=(180, 300),
+        field=Field(mtbp_hours=2.0, jump_hour=2.0, jump_factor=20.0),
+    )
+    assert _toolkit(calm, "cost").moved_share < 0.05
+    moved = _toolkit(jump, "cost")
+    assert moved.moved_share > 0.9
+    assert (moved.cost_fraction or 2) < (_toolkit(jump, None).cost_fraction or 0)
+
+
+def test_fallback_after_moves_at_the_kth_preemption_and_stays_moved():
+    spec = JobSpec(**REFERENCE, policy=Policy(fallback_after=2))
+    runs = _toolkit(spec, "after", 500)
+    assert runs.mean_preemptions == pytest.approx(2.0)
+    assert runs.moved_share == 1.0
+
+
+def test_pending_policy_moves_only_runs_that_wait_longer_than_its_limit():
+    spec = JobSpec(
+        work_hours=20,
+        nodes=4,
+        checkpoint_seconds=60,
+        restart_seconds=(180, 300),
+        field=Field(mtbp_hours=8.0, mass_drain_hours=5.0, capacity_wait_minutes=60),
+    )
+    pending, alone = _toolkit(spec, "pending", 500), _toolkit(spec, None, 500)
+    assert pending.moved_share > 0.5 and alone.moved_share == 0
+    assert (pending.median_hours or 0) < (alone.median_hours or 0)
+
+
+def test_a_trace_is_resampled_per_node(tmp_path):
+    path = tmp_path / "trace.txt"
+    lines = ["# a comment", "2026-12-01T00:00:00Z pre1", "2026-12-01T02:00:00Z pre1", "7200 pre2"]
+    lines += ["2026-12-01T04:00:00 pre1", "14400 pre2", "21600 pre2"]
+    path.write_text("\n".join(lines) + "\n")
+    gaps = trace.read_gaps(path)
+    assert sorted(gaps) == [7200.0] * 4
+    spec = JobSpec(**REFERENCE, field=Field(trace_gaps=gaps))
+    by_trace = _toolkit(spec, None, 500)
+    assert by_trace.mean_preemptions > 100  # 4 nodes, a preemption every 2 h each: ~one per 30 min
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\xff\xfe\x00", "not text"),
+        (b"yesterday\n", "is not a time"),
+        (b"10\n", "need at least 2"),
+        (b"10\n10\n20\n", "same time"),
+        (b"1 2 3\n", r"expected TIME \[NODE\]"),
+    ],
+)
+def test_a_file_that_is_not_a_trace_is_one_usage_error(tmp_path, content, message):
+    path = tmp_path / "bad"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=message):
+        trace.read_gaps(path)
+
+
+ARGS = [
+    "simulate",
+    "--work-hours",
+    "10",
+    "--nodes",
+    "2",
+    "--mtbp",
+    "2",
+    "--checkpoint-seconds",
+    "60",
+    "--restart-seconds",
+    "60-120",
+    "--runs",
+    "500",
+]
+
+
+def test_cli_prints_the_table_json_and_an_svg(tmp_path):
+    runner = CliRunner()
+    table = runner.invoke(main, [*ARGS, "--deadline-hours", "14"])
+    assert table.exit_code == 0, table.output
+    for label in ("on-demand only", "seeds' plain recipe", "submitit-style", "fallback-deadline", "P(miss)"):
+        assert label in table.output
+    svg = tmp_path / "cost.svg"
+    as_json = runner.invoke(main, [*ARGS, "--json", "--svg", str(svg)])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert data["runs"] == 500 and data["strategies"][0]["cost_fraction"] == pytest.approx(1.0)
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg") and len(root.findall("{http://www.w3.org/2000/svg}polyline")) >= 7
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--work-hours", "-3"],
+        ["--work-hours", "nan"],
+        ["--checkpoint-seconds", "inf"],
+        ["--work-hours", "1e12"],
+        ["--nodes", "2.5"],
+        ["--deadline-hours", "-1"],
+        ["--restart-seconds", "300-60"],
+        ["--mtbp", "0"],
+        ["--rate-jump", "5"],
+        ["--discount", "1.5"],
+        ["--runs", "-4"],
+        ["--trace", "/nonexistent/trace"],
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(extra):
+    result = CliRunner().invoke(main, [*ARGS, *extra])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("Error: ")
+
+
+def test_ten_thousand_runs_take_seconds():
+    spec = JobSpec(**REFERENCE, field=Field(mtbp_hours=2.0))
+    started = time.perf_counter()
+    engine.simulate(spec, strategies(spec)[1], 10_000, seed=1)
+    print(f"10,000 runs of the reference job, plain recipe: {time.perf_counter() - started:.2f} s")
