@@ -253,7 +253,7 @@ def build(
     folder = state_dir_from(conf.state_dir(), state_dir)
     path = state_path(folder, job_id, user)
     if user is not None:
-        check_writable(folder, user)
+        check_writable(folder, user, chosen=bool(state_dir) or conf.names_state_dir())
     sent = load_sent(path)
     # A sidecar is alone with its job; the daemon and a user's watcher may run as a pair on two hosts.
     lease = Lease(path, settings.lease_ttl) if job_id is None else None
@@ -263,8 +263,9 @@ def build(
     )  # fmt: skip
 
 
-def check_writable(folder: Path, user: str) -> None:
-    """A user's watcher writes notices and its state under ``folder``: say at start if it cannot."""
+def check_writable(folder: Path, user: str, chosen: bool = True) -> None:
+    """A user's watcher writes notices and its state under ``folder``: say at start if it cannot.
+    ``chosen``: a setting named the folder; else it is the site's default, which admins made."""
     try:
         for sub in ("notices", "watcher"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -272,8 +273,9 @@ def check_writable(folder: Path, user: str) -> None:
             probe.write_text("")
             probe.unlink()
     except OSError as exc:
+        site = "" if chosen else " (the site's: a slurm-preempt watcher of the admins may serve your jobs)"
         raise ConfigError(
-            f"{user} cannot write the state folder {folder} ({exc.strerror}): set state_dir in "
+            f"{user} cannot write the state folder {folder}{site} ({exc.strerror}): set state_dir in "
             "~/.config/slurm-preempt/config.toml to a folder of yours on shared storage (job scripts made "
             "by `slurm-preempt sbatch` read the same setting)"
         ) from None
