@@ -24,6 +24,7 @@ from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
+from slurm_preempt.watch.azure import AZURE_BASE, AzureScheduledEventsSource
 from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.sources import (
     AWS_BASE,
@@ -39,7 +40,7 @@ from slurm_preempt.watch.sources import (
 )
 from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
 
-KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
+KNOWN_SOURCES = ("slurm", "together", "aws", "gcp", "azure")
 
 
 def _regex(value: Any) -> str:
@@ -114,7 +115,7 @@ class Settings:
         seconds(positive=True),
         "seconds of silence after which a standby watcher takes over (> `slurm_timeout`)",
     )
-    sources: tuple[str, ...] = key(("slurm",), _sources, "add `together`, `aws`, `gcp`")
+    sources: tuple[str, ...] = key(("slurm",), _sources, "add `together`, `aws`, `gcp`, `azure`")
     api_base_url: str = key(DEFAULT_TOGETHER_BASE, _http_url, "Together API")
     cluster_id: str = key("", _cluster_id, "Together cluster id")
     api_token_env: str = key("TOGETHER_API_KEY", text, "variable holding the token")
@@ -128,6 +129,9 @@ class Settings:
     )
     aws_metadata_url: str = key(AWS_BASE, _http_url, "AWS instance metadata, base URL")
     gcp_metadata_url: str = key(GCP_BASE, _http_url, "GCP instance metadata, base URL")
+    azure_metadata_url: str = key(
+        AZURE_BASE, _http_url, "Azure instance metadata (Scheduled Events), base URL"
+    )
     metadata_timeout: float = key(2.0, seconds(positive=True), "seconds per metadata request")
     rules: DrainRules = field(init=False, repr=False, compare=False)  # from feature and the reasons
 
@@ -171,19 +175,23 @@ def sources_from(settings: Settings, local_node: str | None = None) -> list[Sour
     found: list[Source] = []
     if "together" in settings.sources:
         found.append(_together(settings))
-    for name in ("aws", "gcp"):
+    for name in ("aws", "gcp", "azure"):
         if name not in settings.sources:
             continue
         if local_node is None:
             raise ConfigError(f"[watch] source {name} reads this machine's metadata: use it with --sidecar")
-        timeout = settings.metadata_timeout
-        if name == "aws":
-            found.append(AwsSpotSource(node=local_node, base_url=settings.aws_metadata_url, timeout=timeout))
-        else:
-            found.append(
-                GcpPreemptedSource(node=local_node, base_url=settings.gcp_metadata_url, timeout=timeout)
-            )
+        found.append(_metadata_source(name, settings, local_node))
     return found
+
+
+def _metadata_source(name: str, settings: Settings, local_node: str) -> Source:
+    timeout = settings.metadata_timeout
+    if name == "aws":
+        return AwsSpotSource(node=local_node, base_url=settings.aws_metadata_url, timeout=timeout)
+    if name == "gcp":
+        return GcpPreemptedSource(node=local_node, base_url=settings.gcp_metadata_url, timeout=timeout)
+    node_map = NodeMap.from_config(settings.node_name_pattern, settings.node_name_template)
+    return AzureScheduledEventsSource(local_node, settings.azure_metadata_url, timeout, node_map)
 
 
 def _together(settings: Settings) -> TogetherSource:
