@@ -26,6 +26,7 @@ from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
 from slurm_preempt.watch.azure import AZURE_BASE, AzureScheduledEventsSource
 from slurm_preempt.watch.lease import Lease
+from slurm_preempt.watch.metrics import address as metrics_address
 from slurm_preempt.watch.sources import (
     AWS_BASE,
     DEFAULT_TOGETHER_BASE,
@@ -133,6 +134,9 @@ class Settings:
         AZURE_BASE, _http_url, "Azure instance metadata (Scheduled Events), base URL"
     )
     metadata_timeout: float = key(2.0, seconds(positive=True), "seconds per metadata request")
+    metrics: str = key(
+        "", metrics_address, 'serve Prometheus metrics on `HOST:PORT` (or `PORT`: on 127.0.0.1); `""`: off'
+    )
     rules: DrainRules = field(init=False, repr=False, compare=False)  # from feature and the reasons
 
     def __post_init__(self) -> None:
