@@ -48,6 +48,8 @@ class Attempt:
     gpus: int = 0
     notice_time: datetime | None = None
     deadline: datetime | None = None
+    notice_source: str = ""  # the source of its notice (slurm, together, aws, gcp, azure)
+    notice_given: datetime | None = None  # when the notice was written (the ledger's time of it)
     checkpoints: list[datetime] = field(default_factory=list)
     final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
     wait_before: float | None = None  # seconds since the previous attempt ended
@@ -96,6 +98,8 @@ class Attempt:
             "run_seconds": round(self.run_seconds, 1),
             "notice_time": t(self.notice_time),
             "deadline": t(self.deadline),
+            "notice_source": self.notice_source or None,
+            "notice_given": t(self.notice_given),
             "checkpoints": [t(c) for c in self.checkpoints],
             "last_checkpoint": t(self.last_checkpoint),
             "lost_seconds": round(self.lost_seconds, 1),
