@@ -458,7 +458,7 @@ print("finished at step", trainer.global_step, flush=True)
 @pytest.mark.skipif(
     importlib.util.find_spec("lightning") is None, reason="pip install 'slurm-preempt[lightning]'"
 )
-@pytest.mark.parametrize("nodes", [1])
+@pytest.mark.parametrize("nodes", [1, 2])
 def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     clean_cluster, tmp_path, nodes
 ):
@@ -472,6 +472,8 @@ def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     total = 120
     options = ["--job-name", "plain-lightning", "--lightning", "--nodes", str(nodes), "--output",
                str(tmp_path / "job.log"), "--time", "10:00"]  # fmt: skip
+    if nodes > 1:  # Lightning's DDP address is the first node's name, which does not resolve here
+        options += ["--env", "MASTER_ADDR=127.0.0.1"]
     command = [sys.executable, str(script), str(tmp_path / "root"), str(steps_log), str(total), str(nodes)]
     with running_watcher(cl, tmp_path / "watch.log", 60.0):
         job_id = submit_generated(cl, work, options, command)
