@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-slurm.sh
 
 # Debian packages beside Slurm: python3-venv for .venv; the tests' tools (rsvg-convert renders the
-# timeline picture in tests/test_timeline.py). Under CI=true a test missing one fails (tests/conftest.py).
-packages=(librsvg2-bin)
+# timeline picture in tests/test_timeline.py; prometheus and promtool scrape the watcher's metrics and
+# check etc/prometheus/ in tests/test_metrics.py). Under CI=true a test missing one fails (tests/conftest.py).
+packages=(librsvg2-bin prometheus)
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv python3-pip)
 missing=()
 for pkg in "${packages[@]}"; do
@@ -33,7 +34,7 @@ fi
 # with a message about a missing .venv/bin/slurm-preempt).
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! .venv/bin/python -m pip install -q -e ".[dev]" >"$log" 2>&1; then
+if ! .venv/bin/python -m pip install -q -e ".[dev,metrics]" >"$log" 2>&1; then
   sed '/^WARNING: Location/d' "$log" >&2
   echo "setup: pip could not install slurm-preempt and its dev tools into .venv (its error is above):" \
        "check that PyPI is reachable and python3 is 3.10+, then run scripts/setup.sh again" >&2

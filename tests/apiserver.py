@@ -1,8 +1,11 @@
 """A local HTTP server on 127.0.0.1 (random free port) for the watcher's HTTP sources.
 
 It speaks the Together cluster API shape (``GET /v1/compute/clusters/<id>`` with a bearer token,
-answering a document with ``node_lifecycle_events``) and the two cloud metadata services (AWS IMDSv2
-spot ``instance-action``, GCP ``instance/preempted``). ``server.mode`` picks the answer: ``good``,
+answering a document with ``node_lifecycle_events``) and the cloud metadata services (AWS IMDSv2
+spot ``instance-action``, GCP ``instance/preempted``, Azure Scheduled Events: ``GET`` and ``POST``
+``/metadata/scheduledevents`` with ``Metadata: true``; ``server.azure_events`` are the events, each
+``POST`` body lands in ``server.azure_acks``, and a new event list bumps ``DocumentIncarnation``).
+``server.mode`` picks the answer: ``good``,
 ``malformed`` (not JSON), ``shape`` (JSON without the array), ``slow`` (sleeps past the client's
 timeout), ``error`` (HTTP 500), ``redirect`` (302 to ``server.redirect_to``, as a hostile or broken
 proxy would). Every request is remembered with its headers in ``server.requests``.
@@ -29,6 +32,9 @@ class ApiServer(ThreadingHTTPServer):
         self.events: list[dict] = []
         self.aws_action: dict | None = None
         self.gcp_preempted = False
+        self.azure_events: list = []
+        self.azure_acks: list = []
+        self._azure_seen: tuple[str, int] = ("[]", 0)  # the events as last answered, and the incarnation
         self.requests: list[dict] = []
         self.redirect_to = ""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
@@ -88,9 +94,23 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._answer(400, "bad token request", "text/plain")
 
+    def do_POST(self):
+        self.server.requests.append({"method": "POST", "path": self.path, "headers": dict(self.headers)})
+        if not self.path.startswith("/metadata/scheduledevents?"):
+            self._answer(404, '{"error": "not found"}')
+        elif self.headers.get("Metadata") != "true":
+            self._answer(400, '{"error": "Bad request. Required metadata header not specified"}')
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if not self._misbehave():
+                self.server.azure_acks.append(json.loads(body))
+                self._answer(200, "")
+
     def do_GET(self):
         self.server.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
-        if self.path.startswith("/v1/compute/clusters/"):
+        if self.path.startswith("/metadata/scheduledevents?"):
+            self._azure()
+        elif self.path.startswith("/v1/compute/clusters/"):
             self._cluster()
         elif self.path == "/latest/meta-data/spot/instance-action":
             self._aws()
@@ -127,6 +147,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, "Not Found", "text/plain")
         else:
             self._answer(200, json.dumps(self.server.aws_action))
+
+    def _azure(self):
+        if self.headers.get("Metadata") != "true":
+            self._answer(400, '{"error": "Bad request. Required metadata header not specified"}')
+            return
+        if self._misbehave():
+            return
+        text, incarnation = self.server._azure_seen
+        if json.dumps(self.server.azure_events) != text:
+            incarnation += 1
+            self.server._azure_seen = (json.dumps(self.server.azure_events), incarnation)
+        if self.server.mode == "shape":
+            self._answer(200, json.dumps({"DocumentIncarnation": incarnation}))
+            return
+        self._answer(
+            200, json.dumps({"DocumentIncarnation": incarnation, "Events": self.server.azure_events})
+        )
 
     def _gcp(self):
         if self.headers.get("Metadata-Flavor") != "Google":

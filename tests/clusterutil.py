@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,12 +205,15 @@ def submit_generated(cl: ClusterHandle, work: Path, options: list[str], command:
 
 
 @contextmanager
-def running_watcher(cl: ClusterHandle, log_path: Path, grace: float) -> Iterator[subprocess.Popen]:
-    """The cluster watcher daemon, polling every second, for the length of a test."""
+def running_watcher(
+    cl: ClusterHandle, log_path: Path, grace: float, extra: Sequence[str] = ()
+) -> Iterator[subprocess.Popen]:
+    """The cluster watcher daemon, polling every second, for the length of a test (``extra``: more
+    options)."""
     log = open(log_path, "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         [SP, "watch", "--cluster", "--interval", "1", "--grace", str(grace), "--allow-preemptible-host",
-         "--state-dir", str(cl.spec.state_dir)],
+         "--state-dir", str(cl.spec.state_dir), *extra],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:

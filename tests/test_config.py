@@ -68,3 +68,45 @@ def test_every_documented_key_is_accepted():
     from slurm_preempt.records.report import Prices
 
     assert Prices.from_config(data["report"])
+
+
+def test_state_dir_without_any_setting_is_the_sites_folder_when_made_else_the_users_own(tmp_path):
+    """Zero-config user mode: a user's watcher and their jobs pick the same folder with no file; the
+    site's folder wins once admins made it (users must read what a site daemon writes there)."""
+    site = tmp_path / "site"
+    env = {"HOME": "/home/alice"}
+    assert config.default_state_dir(env, uid=1000, site=site) == config.Path(
+        "/home/alice/.local/state/slurm-preempt"
+    )
+    xdg = {**env, "XDG_STATE_HOME": "/scratch/alice/state"}
+    assert config.default_state_dir(xdg, uid=1000, site=site) == config.Path(
+        "/scratch/alice/state/slurm-preempt"
+    )
+    relative = {**env, "XDG_STATE_HOME": "state"}  # the spec says a relative one is invalid: ignored
+    assert config.default_state_dir(relative, uid=1000, site=site).parent == config.Path(
+        "/home/alice/.local/state"
+    )
+    assert config.default_state_dir(env, uid=0, site=site) == site  # root's daemon makes the site folder
+    site.mkdir()
+    assert config.default_state_dir(env, uid=1000, site=site) == site
+
+
+def test_an_explicit_state_dir_wins_over_the_default(tmp_path):
+    user = tmp_path / "user.toml"
+    user.write_text('state_dir = "/shared/me"\n')
+    loaded = config.load([user], environ={})
+    assert loaded.state_dir({"HOME": "/home/alice"}) == config.Path("/shared/me")
+    assert loaded.names_state_dir({}) and not config.load([], environ={}).names_state_dir({})
+    assert config.load([], environ={}).names_state_dir({"SLURM_PREEMPT_STATE_DIR": "/env"})
+
+
+def test_a_user_watcher_that_cannot_write_its_folder_says_so_in_one_line(tmp_path):
+    """An explicit folder keeps today's message; the site's default one says whose it is."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a folder under a file cannot be made, even by root
+    with pytest.raises(
+        ConfigError, match=r"alice cannot write the state folder .*file/state \(Not a directory\)"
+    ):
+        watchconfig.check_writable(blocked / "state", "alice")
+    with pytest.raises(ConfigError, match="the site's: a slurm-preempt watcher of the admins"):
+        watchconfig.check_writable(blocked / "state", "alice", chosen=False)

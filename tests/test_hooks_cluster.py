@@ -28,7 +28,7 @@ from clusterutil import (
     wait_for,
 )
 from slurm_preempt import ledger
-from slurm_preempt.records import history, report, timeline
+from slurm_preempt.records import history, leadtime, report, timeline
 from slurm_preempt.rehearsal import accounting, testcluster
 from slurm_preempt.slurm.commands import Slurm
 
@@ -192,6 +192,15 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     assert mine.run_hours == pytest.approx(run) and mine.lost_hours == pytest.approx(lost)
     assert mine.cost_preemptible == pytest.approx(run * 0.5)
     assert mine.cost_on_demand == pytest.approx((run - lost) * 1.0)
+
+    # The lead-time table: the first attempt was told (source slurm) and removed right after.
+    print("\n".join(leadtime.lead_lines(costs.leads)))  # shown with -s
+    slurm_row = next(row for row in costs.leads if row.source == "slurm")
+    assert slurm_row.notices >= 1 and 0 <= slurm_row.worst_seconds <= slurm_row.median_seconds
+    assert "lead time per notice source" in report.report_text(costs)
+    told = leadtime.attempt_lead(found.attempts[0])
+    assert told is not None and told.source == "slurm" and not told.final_inside
+    assert 0 <= told.seconds <= (found.attempts[0].end - found.attempts[0].start).total_seconds()
 
     if hc.spec.accounting:
         with_sacct = report.build_report(hc.spec.state_dir, report.Prices(), Slurm())

@@ -490,3 +490,23 @@ def test_the_package_exports_the_job_authors_names_and_nothing_internal():
     assert issubclass(slurm_preempt.CheckpointError, slurm_preempt.SlurmPreemptError)
     with pytest.raises(AttributeError):
         slurm_preempt.Slurm  # noqa: B018
+
+
+def test_a_checkpoint_longer_than_half_the_notices_warning_is_said_at_the_notice(tmp_path, job, capfd):
+    with _run(tmp_path, job, every=100) as run:
+        run.save(1, {"step": 1})
+        run._save_seconds = 40.0  # as a slow store would measure it (manifest "seconds")
+        _notice(job, grace=60)
+        assert run.should_checkpoint(2)
+        run.save(2, {"step": 2})
+    err = capfd.readouterr().err
+    assert "one checkpoint takes 40s, more than half the 60s a notice from test gives" in err, err
+
+
+def test_a_checkpoint_well_inside_the_warning_is_not_warned_of(tmp_path, job, capfd):
+    with _run(tmp_path, job, every=100) as run:
+        run.save(1, {"step": 1})
+        assert run._save_seconds is not None and run._save_seconds < 30  # measured from the manifest
+        _notice(job, grace=60)
+        assert run.should_checkpoint(2)
+    assert "more than half" not in capfd.readouterr().err

@@ -590,3 +590,22 @@ def test_a_kept_script_never_lands_under_a_folder_named_by_the_job(tmp_path, mon
     path = render.keep_script("#!/bin/bash\n", job_name)
     assert path.parent == tmp_path and path.name.startswith("slurm-preempt-")
     assert os.listdir(tmp_path / "slurm-preempt-a") == []
+
+
+def test_lightning_runs_the_command_under_srun_one_task_per_node_with_the_notice_as_usr1():
+    made = gen.generate(
+        {"lightning": True, "nodes": "2", "slurm_version": "none"}, ["python", "train.py"], Config()
+    )
+    spec = made.spec
+    assert spec.command == ["srun", "python", "train.py"] and spec.lightning
+    assert (spec.forward_signal, spec.ntasks_per_node) == ("USR1", 1)
+    assert "#SBATCH --ntasks-per-node=1\n" in made.script
+    given = gen.generate(
+        {"lightning": True, "forward_signal": "TERM", "ntasks_per_node": "4", "slurm_version": "none"},
+        ["/usr/bin/srun", "python", "train.py"],
+        Config(),
+    ).spec
+    assert given.command == ["/usr/bin/srun", "python", "train.py"]  # never srun twice
+    assert (given.forward_signal, given.ntasks_per_node) == ("TERM", 4)  # what the user says wins
+    plain = gen.generate({"slurm_version": "none"}, ["python", "train.py"], Config()).spec
+    assert plain.command == ["python", "train.py"] and not plain.lightning

@@ -420,3 +420,74 @@ def test_a_command_that_requeues_itself_is_requeued_once(clean_cluster):
     text = log.read_text()
     assert "command: requeueing myself" in text and "Slurm is already ending this attempt" in text
     assert "scontrol requeue failed" not in text
+
+
+# ------------------------------------------------------------------------------ Lightning's own path
+
+# A plain Lightning script: no slurm_preempt import, Lightning's SLURM support at its defaults
+# (SLURMEnvironment(auto_requeue=True), requeue signal SIGUSR1). Each finished step is logged.
+PLAIN_LIGHTNING = r"""
+import sys, time, torch, lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def training_step(self, batch, index):
+        time.sleep(0.5)  # a step long against scontrol requeue: Lightning trains on until Slurm stops it
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+    def on_train_batch_end(self, *args):
+        if self.global_rank == 0:
+            with open(sys.argv[2], "a") as log:
+                log.write(f"{self.global_step}\n")
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+torch.manual_seed(0)
+data = DataLoader(TensorDataset(torch.randn(4000, 4), torch.randn(4000, 1)), batch_size=4)
+trainer = L.Trainer(max_steps=int(sys.argv[3]), default_root_dir=sys.argv[1], accelerator="cpu", devices=1,
+                    num_nodes=int(sys.argv[4]), logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Model(), data)
+print("finished at step", trainer.global_step, flush=True)
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("lightning") is None, reason="pip install 'slurm-preempt[lightning]'"
+)
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
+    clean_cluster, tmp_path, nodes
+):
+    import sys
+
+    from clusterutil import running_watcher, submit_generated
+
+    cl = clean_cluster
+    script, steps_log, work = tmp_path / "train.py", tmp_path / "steps.log", tmp_path / "job"
+    script.write_text(PLAIN_LIGHTNING)
+    total = 120
+    options = ["--job-name", "plain-lightning", "--lightning", "--nodes", str(nodes), "--output",
+               str(tmp_path / "job.log"), "--time", "10:00"]  # fmt: skip
+    if nodes > 1:  # Lightning's DDP address is the first node's name, which does not resolve here
+        options += ["--env", "MASTER_ADDR=127.0.0.1"]
+    command = [sys.executable, str(script), str(tmp_path / "root"), str(steps_log), str(total), str(nodes)]
+    with running_watcher(cl, tmp_path / "watch.log", 60.0):
+        job_id = submit_generated(cl, work, options, command)
+        job = cl.wait_state(job_id, "RUNNING", 60)
+        wait_for(lambda: steps_log.exists() and len(steps_log.read_text().split()) >= 20, 180, 0.5,
+                 what="20 steps done")  # fmt: skip
+        cl.slurm.drain(job.nodes, "TogetherPreemptionNotified: lightning drill")
+        wait_for(lambda: (j := cl.job(job_id)) and j.restart_count == 1 and j.state == "RUNNING", 120,
+                 what="the job running again")  # fmt: skip
+        cl.slurm.resume(job.nodes)
+        done = cl.wait_state(job_id, "COMPLETED", 300)
+    steps = [int(s) for s in steps_log.read_text().split()]
+    log = (tmp_path / "job.log").read_text()
+    redone = len(steps) - len(set(steps))
+    print(f"{nodes} node(s): {len(steps)} steps run for {total}, {redone} redone")  # -s
+    assert done.restart_count == 1 and sorted(set(steps)) == list(range(1, total + 1)), log[-3000:]
+    assert redone <= 1, log[-3000:]

@@ -195,3 +195,20 @@ def test_auto_exports_its_number_and_lets_run_adapt_it_a_number_does_not():
     assert "\nexport SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO=1\n" in adaptive.output
     fixed = CliRunner().invoke(cli_main, ["sbatch", "--checkpoint-interval", "600", "--", "true"])
     assert fixed.exit_code == 0 and "SLURM_PREEMPT_CHECKPOINT_INTERVAL_AUTO" not in fixed.output
+
+
+def test_auto_warns_when_one_checkpoint_takes_more_than_half_the_shortest_notice(caplog):
+    from datetime import datetime, timedelta, timezone
+
+    from slurm_preempt.records.attempts import Attempt, JobHistory
+
+    t0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
+    told = [Attempt(0, notice_given=t0, deadline=t0 + timedelta(seconds=s), notice_source=src)
+            for s, src in ((300, "slurm"), (30, "azure"))]  # fmt: skip
+    histories = [JobHistory("5", attempts=told), JobHistory("6", attempts=[Attempt(0)])]
+    with caplog.at_level("WARNING", logger="slurm_preempt.sbatch.auto_interval"):
+        assert auto_interval.warn_if_slow(14, histories) is None
+        warning = auto_interval.warn_if_slow(16, histories)
+    assert warning is not None and "16s, more than half the 30s a notice from azure gives" in warning
+    assert [r.getMessage() for r in caplog.records] == [f"--checkpoint-interval auto: {warning}"]
+    assert auto_interval.warn_if_slow(16, [JobHistory("6", attempts=[Attempt(0)])]) is None  # never told

@@ -34,7 +34,7 @@ def test_nan_and_inf_seconds_are_refused_at_start(key, value):
         ({"enforce": "yes"}, {}, ConfigError, r"\[watch\] enforce = 'yes' in site.toml: not true or false"),
         ({"crash_after": 2.5}, {}, ConfigError, "not a whole number >= 1"),
         ({"aws_metadata_url": "169.254.169.254"}, {}, ConfigError, "not an http:// or https:// URL"),
-        ({"sources": ["slurm", "azure"]}, {}, ConfigError, "unknown source azure"),
+        ({"sources": ["slurm", "oracle"]}, {}, ConfigError, "unknown source oracle"),
         ({"grace": 60}, {"grace": -1.0}, UsageError, "--grace -1.0: not a number of seconds >= 0"),
     ],
 )

@@ -187,7 +187,7 @@ def _as_written(value) -> str:
 def test_the_docs_give_every_key_with_its_one_default():
     documented = _documented_defaults()
     assert set(documented) == set(DEFAULTS)
-    for key in ("aws_metadata_url", "gcp_metadata_url"):  # one row for both: "the link-local addresses"
+    for key in ("aws_metadata_url", "gcp_metadata_url", "azure_metadata_url"):  # maybe one row for all
         documented[key] = _as_written(DEFAULTS[key])
     assert documented == {key: _as_written(value) for key, value in DEFAULTS.items()}
     assert Settings() == settings_from(merged({}, {}))  # the dataclass takes its defaults from DEFAULTS

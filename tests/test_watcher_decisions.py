@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
@@ -226,6 +227,31 @@ def test_sources_of_one_node_keep_the_earliest_drain(world):
     world.watcher(sources=[provider]).poll_once()
     notice = world.notice("1")
     assert notice.source == "together" and notice.deadline == T0 + timedelta(seconds=90)
+
+
+@dataclass
+class AckingSource(ListSource):
+    """A source that wants to hear which nodes' jobs were all told (Azure's StartRequests)."""
+
+    told_nodes: list[set[str]] = field(default_factory=list)
+
+    def told(self, nodes: set[str]) -> None:
+        self.told_nodes.append(set(nodes))
+
+
+def test_a_source_hears_of_a_node_only_once_every_job_on_it_was_told(world):
+    fake = world.slurm
+    fake.add_job("1", ["pre1"], OPTED)
+    provider = AckingSource(name="azure")
+    watcher = world.watcher(job_id="1", sources=[provider])
+    watcher.poll_once()
+    assert provider.told_nodes == []  # nothing going away
+    provider.drains = [Drain("pre1", "Azure Preempt event e1", world.clock(), "azure", 30.0)]
+    fake.fail_next("signal_many")  # the signal did not go: not yet told
+    watcher.poll_once()
+    assert provider.told_nodes == []
+    assert watcher.poll_once().actions == {"signal_sent": 1}
+    assert provider.told_nodes == [{"pre1"}] and world.notice("1").source == "azure"
 
 
 # ---------------------------------------------------------------------------------------- failures

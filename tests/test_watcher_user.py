@@ -1,6 +1,7 @@
 """`slurm-preempt watch --user` on the real local cluster, run by a real non-root user and nothing else: no
-hooks, no daemon, no admin rights. The user's job, made by `slurm-preempt sbatch`, is told at the drain,
-leaves, and runs again within 10 s of leaving; another user's job on the same node is left alone.
+hooks, no daemon, no admin rights, no config file (an empty home). The user's job, made by `slurm-preempt
+sbatch`, is told at the drain through the per-user state folder both picked on their own, leaves, and runs
+again within 10 s of leaving; another user's job on the same node is left alone.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from clusterutil import wait_for
 from slurm_preempt import ledger
+from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.notice import notice_path, read_notice
 
 USER = "spwatch"
@@ -49,18 +51,16 @@ def _python_for(user: str) -> tuple[str, str]:
 
 @pytest.fixture
 def home():
-    """The user's home: world-readable (the job runs there), config pointing at a state folder of theirs."""
+    """The user's home, empty (no config file, no state folder), and beside it a folder for the job's
+    output; both the user's and world-readable (the job runs there)."""
     user = _ensure_user()
     folder = Path(f"/tmp/sp-user-{os.getpid()}")
     shutil.rmtree(folder, ignore_errors=True)
-    (folder / ".config" / "slurm-preempt").mkdir(parents=True)
+    (folder / "home").mkdir(parents=True)
     (folder / "job").mkdir()
-    (folder / ".config" / "slurm-preempt" / "config.toml").write_text(
-        f'state_dir = "{folder}/state"\n\n[watch]\ninterval = 1\ngrace = 60\n'
-    )
     subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(folder)], check=True)
     folder.chmod(0o755)
-    yield folder
+    yield folder / "home"
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -77,13 +77,20 @@ def _as_user(home: Path, *argv: str, **popen) -> subprocess.Popen:
 
 
 @pytest.mark.cluster
-def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_cluster, home, tmp_path):
+def test_a_users_own_watcher_with_no_config_file_tells_its_job_and_restarts_it_within_10_s(
+    clean_cluster, home, tmp_path
+):
     cl = clean_cluster
     uid = pwd.getpwnam(USER).pw_uid
-    job_dir = home / "job"
+    assert not DEFAULT_STATE_DIR.exists(), (
+        f"{DEFAULT_STATE_DIR} exists here: a site folder wins over the user's"
+    )
+    assert not list(home.iterdir())  # no config file, no state folder
+    job_dir = home.parent / "job"
     generate = _as_user(
-        home, "sbatch", "--job-name", "mine", "--chdir", str(job_dir), "--checkpoint-dir", str(home / "ckpt"),
-        "--submit", "--", "sleep", "600", stdout=subprocess.PIPE, text=True,
+        home, "sbatch", "--job-name", "mine", "--chdir", str(job_dir),
+        "--checkpoint-dir", str(job_dir / "ckpt"), "--submit", "--", "sleep", "600",
+        stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     out, _ = generate.communicate(timeout=60)
     assert generate.returncode == 0
@@ -96,9 +103,12 @@ def test_a_users_own_watcher_tells_its_job_and_restarts_it_within_10_s(clean_clu
     )
     cl.wait_state(other, "RUNNING", 30)
     log = open(tmp_path / "watch.log", "w")  # noqa: SIM115 (closed below)
-    watcher = _as_user(home, "watch", "--user", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    watcher = _as_user(
+        home, "watch", "--user", "--interval", "1", "--grace", "60",
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     try:
-        state = home / "state"
+        state = home / ".local" / "state" / "slurm-preempt"  # XDG state: what the job script baked in too
         wait_for((state / "watcher" / f"user-{USER}.json").exists, 30, what="the user watcher's first poll")
         cl.slurm.drain([node], REASON)  # the provider, as root
         # Written by the user's watcher: root believes it only as that user's file (read_notice's owners).

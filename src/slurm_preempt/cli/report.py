@@ -14,7 +14,10 @@ from slurm_preempt.records import report as reports
 state_dir_option = click.option(
     "--state-dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Ledger folder [default: $SLURM_PREEMPT_STATE_DIR, config state_dir, /var/lib/slurm-preempt].",
+    help=(
+        "Ledger folder [default: $SLURM_PREEMPT_STATE_DIR, config state_dir, /var/lib/slurm-preempt if "
+        "it exists, else ~/.local/state/slurm-preempt]."
+    ),
 )
 no_sacct_option = click.option("--no-sacct", is_flag=True, help="Use the ledger alone, even if sacct works.")
 

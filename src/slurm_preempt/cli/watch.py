@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from slurm_preempt.cli import _logging
+from slurm_preempt.watch import metrics as watchmetrics
 from slurm_preempt.watch import settings as watchconfig
 from slurm_preempt.watch.loop import run
 
@@ -50,6 +51,11 @@ def _emit_json(event: dict[str, Any]) -> None:
     "--state-dir", type=click.Path(path_type=Path), help="Folder of notices, ledger, watcher state."
 )
 @click.option("--allow-preemptible-host", is_flag=True, help="Run --cluster even on a preemptible node.")
+@click.option(
+    "--metrics",
+    metavar="HOST:PORT",
+    help="Serve Prometheus metrics there (PORT alone: on 127.0.0.1) [config: metrics, off].",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line on stdout.")
 def command(
     mode: str | None,
@@ -61,6 +67,7 @@ def command(
     config_file: Path | None,
     state_dir: Path | None,
     allow_preemptible_host: bool,
+    metrics: str | None,
     as_json: bool,
 ) -> None:
     """Watch for draining preemptible nodes; tell their jobs (notice file + signal for jobs that opted
@@ -80,13 +87,14 @@ def command(
       slurm-preempt watch --user                          # your own jobs, no admin rights
       slurm-preempt watch --sidecar --job "$SLURM_JOB_ID" --grace 300 &   # in a job script
       slurm-preempt watch --cluster --once --json         # one poll, for cron
+      slurm-preempt watch --cluster --metrics 127.0.0.1:9464   # with metrics for Prometheus
     """
     if mode is None:
         raise click.UsageError("choose --cluster (daemon), --user (your own jobs) or --sidecar --job JOBID")
     if (mode == "sidecar") != bool(job_id):
         raise click.UsageError("--job goes with --sidecar, and --sidecar needs --job")
     _logging.stamp_lines()  # a watcher's log is read later (journald, a file): every line says when
-    overrides: dict[str, Any] = {"interval": interval, "grace": grace, "enforce": enforce}
+    overrides: dict[str, Any] = {"interval": interval, "grace": grace, "enforce": enforce, "metrics": metrics}
     if mode == "sidecar":
         overrides.update({"fast_restart": False, "fallback": False})  # the sidecar ends with its job
     watcher = watchconfig.build(
@@ -99,11 +107,18 @@ def command(
         allow_preemptible_host=allow_preemptible_host,
         emit=_emit_json if as_json else (lambda _e: None),
     )
+    served = watchmetrics.start(watcher)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     what = {"cluster": "the cluster", "user": f"the jobs of {watcher.user}"}.get(mode, f"job {job_id}")
     log.info("watching %s every %g s, grace %g s", what, watcher.settings.interval, watcher.settings.grace)
-    run(watcher, stop=stop, once=once, on_poll=_emit_json if (as_json and once) else (lambda _r: None))
+    run(
+        watcher,
+        stop=stop,
+        once=once,
+        on_poll=_emit_json if (as_json and once) else (lambda _r: None),
+        observe=served.observe_poll if served else (lambda _o, _s: None),
+    )
     if not once:
         log.info("stopped; the lease is free" if watcher.lease else "stopped")

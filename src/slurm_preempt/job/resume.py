@@ -47,6 +47,7 @@ from slurm_preempt.job.sharded import ShardedStore, Writer
 from slurm_preempt.job.signal_flag import SignalFlag
 from slurm_preempt.notice import Notice
 from slurm_preempt.notice import deadline as deadline_of
+from slurm_preempt.records.leadtime import checkpoint_warning
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class Run:
         self._step = 0
         self._restored: Checkpoint | None = None
         self._last_save = self._clock()
+        self._save_seconds: float | None = None  # how long the last recorded checkpoint took
         self._signals = SignalFlag(heard=self._reread_notice)
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
@@ -301,7 +303,17 @@ class Run:
                 "%spreemption notice (%s): final checkpoint at step %d, %s",
                 self._rank_prefix(), self._cause(), step, when,
             )  # fmt: skip
+            self._warn_if_slow()
         return bool(stop or due or every_due)
+
+    def _warn_if_slow(self) -> None:
+        """A checkpoint that takes more than half the warning this notice's source gives (its grace)."""
+        notice = self.notice
+        if notice is not None and self._save_seconds is not None:
+            lead = (notice.deadline - notice.drain_time).total_seconds()
+            warning = checkpoint_warning(self._save_seconds, lead, notice.source)
+            if warning:
+                log.warning("%s%s", self._rank_prefix(), warning)
 
     def _rank_prefix(self) -> str:
         return f"rank {self._agreement.rank}: " if self._agreement.world > 1 else ""
@@ -378,6 +390,9 @@ class Run:
     def _record_saved(self, found: Checkpoint) -> None:
         self._recorded_path = found.path  # a re-save of a step is another folder (a new generation)
         self._ledger.checkpoint_saved(found, final=self._stopping, total_steps=self._total_steps)
+        seconds = found.manifest.get("seconds")
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            self._save_seconds = float(seconds)
 
     def _current_event(self) -> set[str]:
         notice = self.notice if self._stopping else None

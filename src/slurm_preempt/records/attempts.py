@@ -49,6 +49,8 @@ class Attempt:
     notice_time: datetime | None = None
     deadline: datetime | None = None
     notice_by: str = ""  # who wrote its notice_sent event (ledger.written_by): root, writer, owner
+    notice_source: str = ""  # the source of its notice (slurm, together, aws, gcp, azure)
+    notice_given: datetime | None = None  # when the notice was written (the ledger's time of it)
     checkpoints: list[datetime] = field(default_factory=list)
     final_checkpoints: list[datetime] = field(default_factory=list)  # saved because the job was leaving
     intervals: list[float] = field(default_factory=list)  # checkpoint intervals taken (interval="auto")
@@ -99,6 +101,8 @@ class Attempt:
             "notice_time": t(self.notice_time),
             "deadline": t(self.deadline),
             "notice_by": self.notice_by or None,
+            "notice_source": self.notice_source or None,
+            "notice_given": t(self.notice_given),
             "checkpoints": [t(c) for c in self.checkpoints],
             "last_checkpoint": t(self.last_checkpoint),
             "checkpoint_intervals": self.intervals,

@@ -24,6 +24,7 @@ from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text
 from slurm_preempt.records.attempts import ACCT_CAUSES, ENDED_ZERO, Attempt, JobHistory, seconds_text
+from slurm_preempt.records.leadtime import NOTICE_SOURCES
 from slurm_preempt.slurm.parse import expand_nodes
 from slurm_preempt.slurm.sacct import AcctRecord
 
@@ -236,6 +237,10 @@ def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) 
         attempt.notice_by = attempt.notice_by if attempt.notice_time else _by(event)
         attempt.notice_time = attempt.notice_time or (_safe_time(drain) or moment)
         attempt.deadline = attempt.deadline or _time(event, "deadline")
+        if attempt.notice_given is None:
+            attempt.notice_given = moment
+            source = event.get("source_kind")
+            attempt.notice_source = source if source in NOTICE_SOURCES else "other"
     elif kind == "checkpoint_saved":
         attempt.checkpoints.append(moment)
         if event.get("final") is True:

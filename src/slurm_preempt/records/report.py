@@ -18,6 +18,7 @@ from slurm_preempt.errors import UsageError
 from slurm_preempt.job.interval import daly, young_daly
 from slurm_preempt.records import history as hist
 from slurm_preempt.records.attempts import FINISHED_CAUSES, Attempt, JobHistory
+from slurm_preempt.records.leadtime import Lead, SourceLead, by_source, lead_lines, leads_of
 from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
 
 
@@ -205,6 +206,7 @@ class Report:
     accounting: bool = False
     unreadable: dict[str, str] = field(default_factory=dict)  # job id -> why its ledger was skipped
     live_rate: dict | None = None  # what the watcher publishes (watch/rate.py)
+    leads: list[SourceLead] = field(default_factory=list)  # lead time per notice source
 
     def totals(self) -> dict:
         def total(name):
@@ -251,6 +253,7 @@ class Report:
             "total": self.totals(),
             "unreadable": self.unreadable,
             "live_rate": self.live_rate,
+            "lead_times": [row.to_json() for row in self.leads],
         }
 
 
@@ -267,15 +270,18 @@ def build_report(
     ids = ledger.job_ids(state_dir)
     rows = hist.accounting_rows(slurm, ids) if slurm is not None and ids else None
     report.accounting = rows is not None
+    leads: list[Lead] = []
     for job_id in ids:
         try:
             history = hist.from_ledger(job_id, state_dir, None if rows is None else rows.get(job_id, []))
             if not history.attempts or not _wanted(history, since, user, partition):
                 continue
             report.jobs.append(job_cost(history, prices))
+            leads += leads_of([history])
         except (OSError, ValueError, TypeError, OverflowError, ArithmeticError, UsageError) as exc:
             # One job's ledger (its folder is its user's) never stops the report of everyone else.
             report.unreadable[job_id] = f"{type(exc).__name__}: {exc}"[:200]
+    report.leads = by_source(leads)
     return report
 
 
@@ -392,6 +398,9 @@ def _jobs_text(report: Report) -> str:
                 f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
                 f"{advice['mtbp_seconds']:.0f}s)"
             )
+    lead = lead_lines(report.leads)
+    if lead:
+        lines += ["", *lead]
     if report.unreadable:
         lines.append(f"\n{len(report.unreadable)} job(s) skipped, their ledger unreadable: " + ", ".join(
             f"{job_id} ({why})" for job_id, why in sorted(report.unreadable.items())[:10]))  # fmt: skip

@@ -4,11 +4,14 @@ A number as given, or ``auto``: the Young/Daly interval that ``records.report.ad
 place that advice is given; ``job.interval`` holds the formulas) computes from how long one checkpoint
 takes and the mean time between preemptions. Both figures come from the command line or the ``[sbatch]``
 config, or are learned from earlier jobs (``--learn-from JOBID``): the same figures ``slurm-preempt
-report`` prints for those jobs, from the ledger and ``sacct -D`` when accounting answers.
+report`` prints for those jobs, from the ledger and ``sacct -D`` when accounting answers. When those
+jobs were told of drains, the shortest warning their notices gave (notice to deadline) is compared with
+one checkpoint's duration: more than half of it is warned of (``records.leadtime``).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,8 +19,11 @@ from typing import Any
 
 from slurm_preempt import ids
 from slurm_preempt.errors import UsageError
-from slurm_preempt.records import history, report
+from slurm_preempt.records import history, leadtime, report
+from slurm_preempt.records.attempts import JobHistory
 from slurm_preempt.slurm.commands import Slurm
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 FIGURES = {  # settings key -> (option, what it is, why an earlier job may not show it)
@@ -82,7 +88,8 @@ def with_learned_figures(
     interval = cli.get("checkpoint_interval")
     if not is_auto(section.get("checkpoint_interval") if interval is None else interval):
         raise UsageError("--learn-from serves --checkpoint-interval auto: add that option")
-    learned = learned_figures(job_ids, state_dir, slurm)
+    histories = learned_histories(job_ids, state_dir, slurm)
+    learned = learned_figures(histories)
     merged, missing = dict(cli), []
     for key, (option, what, why) in FIGURES.items():
         if merged.get(key) is not None:
@@ -94,23 +101,48 @@ def with_learned_figures(
     if missing:
         whys, options = "; ".join(m[0] for m in missing), " and ".join(m[1] for m in missing)
         raise UsageError(f"--learn-from {', '.join(job_ids)}: {whys}: give {options}")
+    warn_if_slow(merged.get("checkpoint_seconds", section.get("checkpoint_seconds")), histories)
     return merged
 
 
-def learned_figures(job_ids: list[str], state_dir: Path, slurm: Slurm | None = None) -> dict[str, float]:
-    """``checkpoint_seconds`` and ``mtbp`` over these jobs, as ``slurm-preempt report`` totals them
-    (each only when the jobs show it)."""
-    costs = []
+def warn_if_slow(checkpoint_seconds: Any, histories: list[JobHistory]) -> str | None:
+    """Log (and return) a warning when one checkpoint takes more than half the shortest warning the
+    notices of ``histories`` gave, from the moment each was given to its deadline."""
+    given = [
+        ((a.deadline - a.notice_given).total_seconds(), a.notice_source or "other")
+        for h in histories
+        for a in h.attempts
+        if a.deadline is not None and a.notice_given is not None
+    ]
+    if not given or checkpoint_seconds is None:
+        return None
+    lead, source = min(given)
+    warning = leadtime.checkpoint_warning(_seconds("--checkpoint-seconds", checkpoint_seconds), lead, source)
+    if warning:
+        log.warning("--checkpoint-interval auto: %s", warning)
+    return warning
+
+
+def learned_histories(job_ids: list[str], state_dir: Path, slurm: Slurm | None = None) -> list[JobHistory]:
+    """The histories of the ``--learn-from`` jobs (ledger, and ``sacct -D`` when it answers)."""
+    found = []
     for job_id in job_ids:
         if not ids.is_job_name(job_id):
             raise UsageError(f"--learn-from {job_id!r} is not a Slurm job id")
-        found = history.load(job_id, state_dir, slurm if slurm is not None else Slurm())
-        if not found.attempts:
+        one = history.load(job_id, state_dir, slurm if slurm is not None else Slurm())
+        if not one.attempts:
             raise UsageError(
                 f"--learn-from {job_id}: no attempt of job {job_id} recorded in {state_dir} "
                 "(are the hooks installed?)"
             )
-        costs.append(report.job_cost(found, report.Prices()))
+        found.append(one)
+    return found
+
+
+def learned_figures(histories: list[JobHistory]) -> dict[str, float]:
+    """``checkpoint_seconds`` and ``mtbp`` over these jobs, as ``slurm-preempt report`` totals them
+    (each only when the jobs show it)."""
+    costs = [report.job_cost(found, report.Prices()) for found in histories]
     totals = report.Report(jobs=costs).totals()
     figures = {"checkpoint_seconds": totals["checkpoint_seconds"], "mtbp": totals["mtbp_seconds"]}
     return {key: float(value) for key, value in figures.items() if value}

@@ -246,6 +246,16 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "grace", "Drain-to-removal time the sidecar assumes.", "SECONDS", default=int(DEFAULT_GRACE_SECONDS)
     ),
+    Option(
+        "lightning",
+        "Launch a plain Lightning script Lightning's own way.",
+        kind=SWITCH,
+        default=False,
+        details="The command runs under `srun` (one task per node unless `--ntasks-per-node` says "
+        "otherwise), so Lightning detects SLURM and installs its requeue handler; the notice is passed "
+        "on as SIGUSR1 (Lightning's requeue signal, unless `--forward-signal` names another), on which "
+        "Lightning saves its hpc checkpoint and requeues the job.",
+    ),
     # --------------------------------------------------------------------------- torchrun template
     Option("nproc_per_node", "torchrun: processes per node.", "N", default_text="GPUs per node, else 1"),
     Option("rdzv_port", "torchrun: rendezvous port.", "PORT", default=29500),

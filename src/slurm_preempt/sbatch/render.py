@@ -37,7 +37,7 @@ import jinja2
 import jinja2.ext
 
 from slurm_preempt import __version__
-from slurm_preempt.config import DEFAULT_STATE_DIR, Config
+from slurm_preempt.config import Config
 from slurm_preempt.config import load as load_config
 from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.resources import data_dir
@@ -71,7 +71,9 @@ def generate(
     spec = build_spec(settings, list(command))
     if not settings.get("torchrun"):
         spec.torchrun = torchrun_executable()
-    state_dir = str(config.data.get("state_dir", DEFAULT_STATE_DIR))
+    # Baked as the script's default (the submitting environment's $SLURM_PREEMPT_STATE_DIR, which
+    # sbatch passes on, still wins at run time): the folder a `watch --user` of this user picks too.
+    state_dir = str(config.configured_state_dir())
     return Generated(spec=spec, script=render(spec, state_dir), template_path=template_path(spec.template))
 
 

@@ -82,6 +82,7 @@ class JobSpec:
     checkpoint_interval_auto: bool = False  # Run adapts it to the live rate (job/adaptive.py)
     resume_flags: list[str] = field(default_factory=list)
     sidecar: bool = False
+    lightning: bool = False  # the command under srun, the notice forwarded as Lightning's SIGUSR1
     grace: int = DEFAULTS["grace"]
     nproc_per_node: int = 1
     rdzv_port: int = DEFAULTS["rdzv_port"]
@@ -214,8 +215,24 @@ def build_spec(settings: Mapping[str, Any], command: list[str], home: Path | Non
     _preemption(spec, s)
     _checkpointing(spec, s, job_name, home or Path.home())
     _torchrun(spec, s)
+    _lightning(spec, s)
     _check_template_fit(spec)
     return spec
+
+
+def _lightning(spec: JobSpec, s: dict) -> None:
+    """Lightning's SLURM support acts only when its process runs under srun (it says "The `srun`
+    command is available on your system but is not used" otherwise and installs no requeue handler)
+    with SLURM_NTASKS = devices x nodes; its requeue signal is SIGUSR1 by default."""
+    if not s.get("lightning"):
+        return
+    spec.lightning = True
+    if s.get("forward_signal") is None:
+        spec.forward_signal = "USR1"
+    if spec.ntasks_per_node is None:
+        spec.ntasks_per_node = 1
+    if spec.command[0].rsplit("/", 1)[-1] != "srun":
+        spec.command = ["srun", *spec.command]
 
 
 def parse_slurm_version(value: Any) -> tuple[int, int] | None:

@@ -36,19 +36,23 @@ class _Health:
         self.crash_after = crash_after
         self.failures = 0  # polls in a row that failed, for any reason
         self.errors = 0  # of which unexpected
+        self.last = "ok"  # how the last poll went: ok, slurm_error or error (the metrics)
 
     def ok(self) -> None:
         if self.failures:
             log.info("polls work again after %d failed one(s)", self.failures)
         self.failures = self.errors = 0
+        self.last = "ok"
 
     def slurm(self, exc: SlurmError) -> None:
         self.failures += 1
+        self.last = "slurm_error"
         if self.failures == 1 or self.failures % 10 == 0:
             log.warning("Slurm did not answer (%s); retry %d, backing off", exc, self.failures)
 
     def unexpected(self, exc: Exception) -> None:
         self.failures += 1
+        self.last = "error"
         self.errors += 1
         log.error("unexpected %s: %s (%d in a row)", type(exc).__name__, exc, self.errors, exc_info=True)
         if self.errors >= self.crash_after:
@@ -64,10 +68,12 @@ def run(
     once: bool = False,
     on_poll: Emit = lambda _r: None,
     notifier: Notifier | None = None,
+    observe: Callable[[str, float], None] = lambda _outcome, _seconds: None,
 ) -> int:
     """Poll every ``interval`` seconds until ``stop`` is set (or, for a sidecar, the job ends).
     Returns 0; raises WatcherError after ``crash_after`` unexpected errors in a row. In ``once`` mode
-    every error reaches the caller."""
+    every error reaches the caller. ``observe`` hears each poll's outcome (``ok``, ``standby``,
+    ``slurm_error``, ``error``) and its seconds (the metrics)."""
     stop = stop or threading.Event()
     notifier = notifier or Notifier()
     watcher.on_beat = notifier.ping
@@ -77,6 +83,7 @@ def run(
         while True:
             began = time.monotonic()
             result = _poll(watcher, health, once, on_poll)
+            observe(_outcome(result, health), time.monotonic() - began)
             if not ready:
                 notifier.send("READY=1")
                 ready = True
@@ -106,6 +113,10 @@ def _poll(watcher: Watcher, health: _Health, once: bool, on_poll: Emit) -> PollR
     health.ok()
     on_poll(result.to_json())
     return result
+
+
+def _outcome(result: PollResult | None, health: _Health) -> str:
+    return "standby" if result is not None and result.standby else health.last
 
 
 def _wanted(watcher: Watcher, health: _Health) -> float:

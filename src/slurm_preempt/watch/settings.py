@@ -24,7 +24,9 @@ from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.watch.actions import Emit
+from slurm_preempt.watch.azure import AZURE_BASE, AzureScheduledEventsSource
 from slurm_preempt.watch.lease import Lease
+from slurm_preempt.watch.metrics import address as metrics_address
 from slurm_preempt.watch.sources import (
     AWS_BASE,
     DEFAULT_TOGETHER_BASE,
@@ -39,7 +41,7 @@ from slurm_preempt.watch.sources import (
 )
 from slurm_preempt.watch.watcher import Watcher, load_sent, state_path
 
-KNOWN_SOURCES = ("slurm", "together", "aws", "gcp")
+KNOWN_SOURCES = ("slurm", "together", "aws", "gcp", "azure")
 
 
 def _regex(value: Any) -> str:
@@ -123,7 +125,7 @@ class Settings:
         seconds(positive=True),
         "seconds of silence after which a standby watcher takes over (> `slurm_timeout`)",
     )
-    sources: tuple[str, ...] = key(("slurm",), _sources, "add `together`, `aws`, `gcp`")
+    sources: tuple[str, ...] = key(("slurm",), _sources, "add `together`, `aws`, `gcp`, `azure`")
     api_base_url: str = key(DEFAULT_TOGETHER_BASE, _http_url, "Together API")
     cluster_id: str = key("", _cluster_id, "Together cluster id")
     api_token_env: str = key("TOGETHER_API_KEY", text, "variable holding the token")
@@ -137,7 +139,13 @@ class Settings:
     )
     aws_metadata_url: str = key(AWS_BASE, _http_url, "AWS instance metadata, base URL")
     gcp_metadata_url: str = key(GCP_BASE, _http_url, "GCP instance metadata, base URL")
+    azure_metadata_url: str = key(
+        AZURE_BASE, _http_url, "Azure instance metadata (Scheduled Events), base URL"
+    )
     metadata_timeout: float = key(2.0, seconds(positive=True), "seconds per metadata request")
+    metrics: str = key(
+        "", metrics_address, 'serve Prometheus metrics on `HOST:PORT` (or `PORT`: on 127.0.0.1); `""`: off'
+    )
     rules: DrainRules = field(init=False, repr=False, compare=False)  # from feature and the reasons
 
     def __post_init__(self) -> None:
@@ -180,19 +188,23 @@ def sources_from(settings: Settings, local_node: str | None = None) -> list[Sour
     found: list[Source] = []
     if "together" in settings.sources:
         found.append(_together(settings))
-    for name in ("aws", "gcp"):
+    for name in ("aws", "gcp", "azure"):
         if name not in settings.sources:
             continue
         if local_node is None:
             raise ConfigError(f"[watch] source {name} reads this machine's metadata: use it with --sidecar")
-        timeout = settings.metadata_timeout
-        if name == "aws":
-            found.append(AwsSpotSource(node=local_node, base_url=settings.aws_metadata_url, timeout=timeout))
-        else:
-            found.append(
-                GcpPreemptedSource(node=local_node, base_url=settings.gcp_metadata_url, timeout=timeout)
-            )
+        found.append(_metadata_source(name, settings, local_node))
     return found
+
+
+def _metadata_source(name: str, settings: Settings, local_node: str) -> Source:
+    timeout = settings.metadata_timeout
+    if name == "aws":
+        return AwsSpotSource(node=local_node, base_url=settings.aws_metadata_url, timeout=timeout)
+    if name == "gcp":
+        return GcpPreemptedSource(node=local_node, base_url=settings.gcp_metadata_url, timeout=timeout)
+    node_map = NodeMap.from_config(settings.node_name_pattern, settings.node_name_template)
+    return AzureScheduledEventsSource(local_node, settings.azure_metadata_url, timeout, node_map)
 
 
 def _together(settings: Settings) -> TogetherSource:
@@ -262,7 +274,7 @@ def build(
     folder = state_dir_from(conf.state_dir(), state_dir)
     path = state_path(folder, job_id, user)
     if user is not None:
-        check_writable(folder, user)
+        check_writable(folder, user, chosen=bool(state_dir) or conf.names_state_dir())
     sent = load_sent(path)
     # A sidecar is alone with its job; the daemon and a user's watcher may run as a pair on two hosts.
     lease = Lease(path, settings.lease_ttl) if job_id is None else None
@@ -272,8 +284,9 @@ def build(
     )  # fmt: skip
 
 
-def check_writable(folder: Path, user: str) -> None:
-    """A user's watcher writes notices and its state under ``folder``: say at start if it cannot."""
+def check_writable(folder: Path, user: str, chosen: bool = True) -> None:
+    """A user's watcher writes notices and its state under ``folder``: say at start if it cannot.
+    ``chosen``: a setting named the folder; else it is the site's default, which admins made."""
     try:
         for sub in ("notices", "watcher"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
@@ -281,8 +294,9 @@ def check_writable(folder: Path, user: str) -> None:
             probe.write_text("")
             probe.unlink()
     except OSError as exc:
+        site = "" if chosen else " (the site's: a slurm-preempt watcher of the admins may serve your jobs)"
         raise ConfigError(
-            f"{user} cannot write the state folder {folder} ({exc.strerror}): set state_dir in "
+            f"{user} cannot write the state folder {folder}{site} ({exc.strerror}): set state_dir in "
             "~/.config/slurm-preempt/config.toml to a folder of yours on shared storage (job scripts made "
             "by `slurm-preempt sbatch` read the same setting)"
         ) from None

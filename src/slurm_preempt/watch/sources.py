@@ -349,12 +349,11 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def _http(method: str, url: str, headers: dict[str, str], timeout: float) -> str:
+def _http(method: str, url: str, headers: dict[str, str], timeout: float, body: str | None = None) -> str:
     """One request; SourceError on anything but a 2xx answer (a redirect included). Messages never
     carry the headers."""
-    request = urllib.request.Request(
-        url, method=method, headers=headers, data=b"" if method == "PUT" else None
-    )
+    data = body.encode() if body is not None else b"" if method == "PUT" else None
+    request = urllib.request.Request(url, method=method, headers=headers, data=data)
     try:
         with _OPENER.open(request, timeout=timeout) as answer:
             return answer.read(4_000_000).decode("utf-8", "replace")

@@ -187,6 +187,7 @@ class Watcher:
             self._save()
             self.sent.forget_jobs({j.job_id for j in pending})
             self.sent.forget_released(now)
+        self._acknowledge()
         return result
 
     def _poll_job(self, job_id: str, now: datetime) -> PollResult:
@@ -201,6 +202,7 @@ class Watcher:
         due = [e for e in self.sent.events.values() if not e.handled]
         enforcing = [e for e in self.sent.events.values() if self._enforcing(e, now)]
         self._act_on_nodes([job], due, enforcing, set())
+        self._acknowledge()
         return result
 
     # ------------------------------------------------------------------------------------ queries
@@ -346,6 +348,14 @@ class Watcher:
                     log.warning("source %s: %s (failure %d; carrying on)", source.name, exc, count)
             found += self._last_answer.get(source.name, [])  # a failed read keeps the last good answer
         return found
+
+    def _acknowledge(self) -> None:
+        """Sources that want to hear it (Azure's StartRequests) learn which nodes' jobs were all told."""
+        told = {e.node for e in self.sent.events.values() if e.handled}
+        for source in self.sources:
+            acknowledge = getattr(source, "told", None)
+            if told and acknowledge is not None:
+                acknowledge(told)
 
     def _save(self) -> None:
         """Write the state when it changed (the state says). A failed write is logged once per spell
