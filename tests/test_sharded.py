@@ -159,8 +159,10 @@ def test_owner_of_a_file_by_name():
 # ------------------------------------------------------------------------------------ SIGKILL trials
 
 
-def _save_forever(rank, world, work):
-    store = _store(work, rank, world, "meet-kill", keep=2, timeout=5)
+def _save_forever(rank, world, work, meet):
+    # A meeting folder of its own per trial: a killed trial leaves its last rounds behind, and
+    # FileAgreement counts round N's files, stale ones included.
+    store = _store(work, rank, world, meet, keep=2, timeout=60)
     step = (store.store.steps() or [0])[-1]
     while True:
         step += 1
@@ -168,24 +170,28 @@ def _save_forever(rank, world, work):
         (Path(work) / f"saved-{rank}").write_text(str(step))
 
 
-def _wait_for_a_save(work: Path, rank: int) -> None:
+def _wait_for_a_save(work: Path, rank: int, procs) -> None:
     deadline = time.monotonic() + 120  # only a hung test gets here; a slow machine just waits
     while not (work / f"saved-{rank}").exists():
+        errors = [e.read_text() for e in sorted(work.glob("error-*"))]
+        assert not errors, "a rank failed before saving:\n" + "\n".join(errors)
+        assert all(p.is_alive() for p in procs), "a rank ended before saving"
         assert time.monotonic() < deadline, "the ranks never saved"
         time.sleep(0.02)
 
 
 def _one_kill_trial(work: Path, rng: random.Random, trial: int) -> bool:
     world = 3
-    for rank in range(world):
-        (work / f"saved-{rank}").unlink(missing_ok=True)
-    procs = [FORK.Process(target=_child, args=(_save_forever, r, world, str(work))) for r in range(world)]
+    for name in (*(f"saved-{r}" for r in range(world)), *(f"error-{r}" for r in range(world))):
+        (work / name).unlink(missing_ok=True)
+    args = (str(work), f"meet-kill-{trial}")
+    procs = [FORK.Process(target=_child, args=(_save_forever, r, world, *args)) for r in range(world)]
     for proc in procs:
         proc.start()
     # Half the kills strike once a save has completed in this trial, so saves complete however slow the
     # machine is; the other half anywhere from start-up on.
     if rng.random() < 0.5:
-        _wait_for_a_save(work, 0)
+        _wait_for_a_save(work, 0, procs)
     time.sleep(rng.uniform(0.05, 0.4))  # a moment anywhere in the saving loop
     victim = rng.randrange(world)
     os.kill(procs[victim].pid, signal.SIGKILL)
@@ -317,7 +323,7 @@ def test_sigkill_of_a_rank_mid_dcp_save_never_splits_the_ranks(tmp_path):
         ]
         for proc in procs:
             proc.start()
-        _wait_for_a_save(tmp_path, 0)  # let a save or two complete, then strike
+        _wait_for_a_save(tmp_path, 0, procs)  # let a save or two complete, then strike
         time.sleep(rng.uniform(0, 0.3))
         os.kill(procs[rng.randrange(world)].pid, signal.SIGKILL)
         time.sleep(rng.uniform(0, 0.05))
