@@ -166,9 +166,31 @@ class ClusterHandle:
             subprocess.run(["nsenter", "-t", str(proc.pid), "-m", "-r", "--", "sh", "-c", script], check=True)
 
     def reset(self) -> None:
-        """Cancel every job and bring every node back."""
+        """Cancel every job and bring every node back.
+
+        A job stays COMPLETING until each of its nodes has ended it, so a node still down keeps it there:
+        while waiting, nodes are brought back and what is left is cancelled again (a requeue that raced
+        the first scancel puts a job back to PENDING)."""
         self.slurm.cancel_many([j.job_id for j in self.slurm.jobs()])
-        wait_for(lambda: not self.slurm.jobs(states="running,completing,pending"), 90, what="jobs to end")
+        last_try = [time.monotonic()]
+
+        def ended() -> bool:
+            left = self.slurm.jobs(states="running,completing,pending")
+            if left and time.monotonic() - last_try[0] > 15:
+                last_try[0] = time.monotonic()
+                self._revive_nodes()
+                self.slurm.cancel_many([j.job_id for j in left])
+            return not left
+
+        try:
+            wait_for(ended, 90, what="jobs to end")
+        except AssertionError as error:
+            left = [(j.job_id, j.state, j.reason, j.nodes) for j in self.slurm.jobs()]
+            nodes = [(n.name, n.state) for n in self.slurm.nodes()]
+            raise AssertionError(f"{error}: jobs {left}, nodes {nodes}") from None
+        self._revive_nodes()
+
+    def _revive_nodes(self) -> None:
         for node in self.slurm.nodes():
             if not node.available:
                 tc.revive_node(self.state, node.name)

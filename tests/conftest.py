@@ -112,3 +112,23 @@ def clean_cluster(cluster) -> ClusterHandle:
     """The session cluster, with no jobs and every node back in service after the test."""
     yield cluster
     cluster.reset()
+
+
+_WATCHED_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGCONT", "SIGHUP")
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_left_as_found():
+    """A test that leaves a signal handler behind would make a later test's "handlers restored" check
+    see it (it did, in CI): each test must hand the process back with the handlers it found."""
+    import signal
+
+    found = {name: signal.getsignal(getattr(signal, name)) for name in _WATCHED_SIGNALS}
+    yield
+    left = {}
+    for name, handler in found.items():
+        now = signal.getsignal(getattr(signal, name))
+        if now is not handler:
+            left[name] = now
+            signal.signal(getattr(signal, name), handler)
+    assert not left, f"the test left signal handlers behind: {left}"

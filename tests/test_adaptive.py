@@ -71,14 +71,14 @@ def test_run_auto_shortens_its_interval_at_the_save_after_a_jump_and_history_sho
     }
     ledger.record(state, "123", "attempt_start", "prolog", restart_count=0, node="pre1")
     publish(state, 0.05)
-    run = Run(tmp_path / "ckpt", interval="auto", _wiring=Wiring(environ=env, log_to_stderr=True))
-    assert run.interval == 1800  # the stated default until a save is measured
-    run.save(1, {"w": list(range(1000))})
-    calm = run.interval
-    publish(state, 5.0)  # the watcher saw the pool jump a hundredfold
-    run.save(2, {"w": list(range(1000))})
-    print(f"interval before the jump {calm:.3f} s, after {run.interval:.3f} s")
-    assert calm is not None and run.interval is not None and run.interval < calm / 5
+    with Run(tmp_path / "ckpt", interval="auto", _wiring=Wiring(environ=env, log_to_stderr=True)) as run:
+        assert run.interval == 1800  # the stated default until a save is measured
+        run.save(1, {"w": list(range(1000))})
+        calm = run.interval
+        publish(state, 5.0)  # the watcher saw the pool jump a hundredfold
+        run.save(2, {"w": list(range(1000))})
+        print(f"interval before the jump {calm:.3f} s, after {run.interval:.3f} s")
+        assert calm is not None and run.interval is not None and run.interval < calm / 5
     recorded = [e for e in ledger.events(state, "123") if e["kind"] == "checkpoint_interval"]
     assert [e["basis"] for e in recorded][-2:] == ["live rate", "live rate"]
     found = history.from_ledger("123", state, None)

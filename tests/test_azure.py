@@ -206,7 +206,8 @@ def test_a_preempt_event_is_noticed_checkpointed_requeued_and_acknowledged_once(
         )  # fmt: skip
         node = cl.wait_state(job_id, "RUNNING", 60).nodes[0]
         log = work / "job.log"
-        wait_for(lambda: '"event": "start"' in log.read_text(), 30, what="the program started")
+        started = lambda: log.exists() and '"event": "start"' in log.read_text()  # noqa: E731
+        wait_for(started, 30, what="the program started")
         wait_for(lambda: len(server.requests) >= 2, 30, what="the sidecar reading the scheduled events")
         not_before = datetime.now(timezone.utc) + timedelta(seconds=30)
         server.azure_events = [

@@ -121,8 +121,10 @@ def test_progress_from_bash_and_from_run_reaches_the_rule(tmp_path, monkeypatch)
     assert said.exit_code == 0, said.output
     bad = CliRunner().invoke(main, ["resume", "progress", "1200", "1000"])
     assert bad.exit_code == 2 and bad.output.startswith("Error: progress 1200 of 1000")
-    run = Run(tmp_path / "ckpt", every=1, total_steps=1000, _wiring=Wiring(environ=env, log_to_stderr=True))
-    run.save(300, {"w": 1})
+    with Run(
+        tmp_path / "ckpt", every=1, total_steps=1000, _wiring=Wiring(environ=env, log_to_stderr=True)
+    ) as run:
+        run.save(300, {"w": 1})
     ledger.record(state, "9", "attempt_start", "prolog", time=to_text(utcnow() - 2 * HOUR))
     found = deadline.progress_of(ledger.trusted_events(state, "9"), utcnow() + HOUR)
     assert found is not None and (found.done, found.total) == (300.0, 1000.0)

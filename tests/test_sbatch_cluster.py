@@ -490,4 +490,8 @@ def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     redone = len(steps) - len(set(steps))
     print(f"{nodes} node(s): {len(steps)} steps run for {total}, {redone} redone")  # -s
     assert done.restart_count == 1 and sorted(set(steps)) == list(range(1, total + 1)), log[-3000:]
-    assert redone <= 1, log[-3000:]
+    # Lightning trains on between its checkpoint (in its SIGUSR1 handler) and Slurm ending the step after
+    # its own `scontrol requeue`: the steps redone are those that fit into that round trip (1 with an
+    # idle machine, 2 seen under CI load), never the 20+ done before the drain (a restart from scratch).
+    assert "Restored all states from the checkpoint" in log, log[-3000:]
+    assert redone < 20, log[-3000:]

@@ -21,6 +21,7 @@ from slurm_preempt.watch import settings as watchconfig
 from slurm_preempt.watch.loop import run
 
 log = logging.getLogger(__name__)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 DEFAULTS = watchconfig.DEFAULTS
 
 
@@ -109,16 +110,19 @@ def command(
     )
     served = watchmetrics.start(watcher)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    previous = {number: signal.signal(number, lambda *_: stop.set()) for number in _STOP_SIGNALS}
     what = {"cluster": "the cluster", "user": f"the jobs of {watcher.user}"}.get(mode, f"job {job_id}")
     log.info("watching %s every %g s, grace %g s", what, watcher.settings.interval, watcher.settings.grace)
-    run(
-        watcher,
-        stop=stop,
-        once=once,
-        on_poll=_emit_json if (as_json and once) else (lambda _r: None),
-        observe=served.observe_poll if served else (lambda _o, _s: None),
-    )
+    try:
+        run(
+            watcher,
+            stop=stop,
+            once=once,
+            on_poll=_emit_json if (as_json and once) else (lambda _r: None),
+            observe=served.observe_poll if served else (lambda _o, _s: None),
+        )
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     if not once:
         log.info("stopped; the lease is free" if watcher.lease else "stopped")
