@@ -341,10 +341,12 @@ def test_the_handler_reads_the_jobs_own_processes_not_the_nodes(tmp_path):
     """Outside a Slurm cgroup, the processes looked at are this shell's tree: its command, the
     command's children, nothing else of the node (this test's own process is not among them)."""
     functions = _functions(_script(tmp_path).read_text(), "sp_job_pids", "sp_tree", "sp_group")
+    functions = "sp_seen=\n" + functions
     check = functions + (
         "set -m; bash -c 'sleep 30 & sleep 30 & wait' & sp_child=$!; set +m\n"
         "while [ $(wc -w < /proc/$sp_child/task/$sp_child/children) -lt 2 ]; do sleep 0.02; done\n"
-        'echo "tree: $(sp_job_pids | tr "\\n" " ")"; echo "child: $sp_child"; sp_group\n'
+        'sp_job_pids; echo "tree: ${sp_pids[*]}"; echo "child: $sp_child"\n'
+        'sp_group; printf "%s\\n" "${sp_members[@]}"\n'
         "kill -- -$sp_child\n"
     )
     env = {**os.environ, "SLURM_JOB_ID": "4242"}
@@ -355,6 +357,6 @@ def test_the_handler_reads_the_jobs_own_processes_not_the_nodes(tmp_path):
     tree = lines[0].split()[1:]
     child = lines[1].split()[1]
     group = [line.split() for line in lines[2:]]
-    assert str(os.getpid()) not in tree and len(tree) < 12, tree  # these shells, the group: not the node
+    assert str(os.getpid()) not in tree and len(tree) == 4, tree  # this shell and the group of three
     assert [pid for pid, _comm in group][0] == child
     assert sorted(comm for _pid, comm in group) == ["bash", "sleep", "sleep"]
