@@ -2,11 +2,14 @@
 
     .venv/bin/python bench/bench_watcher_scale.py [--quick]            (mass drain: root, Slurm)
     .venv/bin/python bench/bench_watcher_scale.py --real 7200          (a 2-hour run on the real cluster)
+    .venv/bin/python bench/bench_watcher_scale.py --generated 200,1000  (only the generated-job drain)
 
 1. Mass drain: 200 opted-in jobs on 10 preemptible nodes, all drained in one command while
    `slurm-preempt watch --cluster --interval 1` runs: drain command to the last job's USR1 handler,
    against one poll interval + 1 s; and how many scancel processes told them (a counting wrapper on
-   the watcher's PATH). Quick mode: 100 jobs on 5 nodes.
+   the watcher's PATH). Quick mode: 100 jobs on 5 nodes. Then 200 and 1,000 one-CPU jobs made by the
+   generator on 4 nodes (their batch shells pass the notice on): drain to each command's SIGTERM,
+   p50, p99, the last, and how many within poll + 1 s. Quick mode: 200 only.
 2. 100,000 polls of a churning cluster against the in-memory Slurm (tests/soak.py): resident memory,
    CPU per poll (median of 1,000 polls) and Python objects after 100,000 polls, next to the same after
    1,000 (the baseline). Quick mode: 20,000 polls.
@@ -140,6 +143,46 @@ def mass_drain(quick: bool) -> list[dict]:
         _row("mass drain: the slowest of those", max(spans), "s", 2.0, "<= 2"),
         _row(f"mass drain: scancel processes for {told} jobs", max(batches), "calls", told, "batched"),
     ]
+
+
+def mass_drain_generated(count: int, nodes: int = 4) -> list[dict]:
+    """``count`` one-CPU jobs made by the generator (its batch shell passes the notice on as SIGTERM)
+    on ``nodes`` preemptible nodes, all drained at once, the cluster watcher at 1 s: drain command to
+    each command's SIGTERM handler. One round: the told jobs requeue themselves."""
+    from slurm_preempt.config import Config
+    from slurm_preempt.sbatch import render as gen
+
+    with Cluster(preemptible=nodes, cpus=-(-count // nodes)) as cl:
+        command = ["bash", "-c", TERM_RECORDER.format(work=cl.work)]
+        settings = {"checkpoint_dir": str(cl.work / "ckpt"), "job_name": "mass", "grace": "300"}
+        script = gen.write_script(gen.generate(settings, command, Config()).script, cl.work / "mass.sh")
+        args = [f"--chdir={cl.work}", "--output=/dev/null"]
+        jobs = [cl.slurm.submit(str(script), args) for _ in range(count)]
+        _wait(lambda: all((cl.work / f"start-{j}").exists() for j in jobs), 600, 0.5)
+        watcher = cl.watcher(cl.work / "watch.log", interval=1.0)
+        try:
+            time.sleep(3 + random.uniform(0, 1))  # at a random phase of the 1 s poll
+            began = time.time()
+            cl.slurm.drain(cl.pre, REASON)
+            _wait(lambda: all((cl.work / f"term-{j}").exists() for j in jobs), 300, 0.2)
+            delays = sorted(float((cl.work / f"term-{j}").read_text().split()[0]) - began for j in jobs)
+        finally:
+            watcher.terminate()
+            watcher.wait(30)
+    within = sum(d <= 2.0 for d in delays)
+    name = f"mass drain, generated jobs: {count} on {nodes} nodes, drain -> command's SIGTERM"
+    return [
+        _row(f"{name}, p50", statistics.median(delays), "s", 2.0, ""),
+        _row(f"{name}, p99", delays[int(0.99 * (len(delays) - 1))], "s", 2.0, ""),
+        _row(f"{name}, last", delays[-1], "s", 2.0, "<= 2 (1 s poll + 1 s)"),
+        _row(f"{name}, within 2 s", within, "jobs", count, f"{count} of {count}"),
+    ]
+
+
+TERM_RECORDER = (
+    "trap 'date +%s.%N > {work}/term-$SLURM_JOB_ID; exit 0' TERM; echo > {work}/start-$SLURM_JOB_ID; "
+    "while :; do sleep 300 & wait $!; done"
+)
 
 
 # ---------------------------------------------------------------------------------------- 100,000 polls
@@ -277,11 +320,12 @@ def _drain_socket(sock: socket.socket) -> int:
             return count
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(quick: bool = False, sizes: tuple[int, ...] = (200, 1000)) -> list[dict]:
     rows = soak(quick)
     if os.geteuid() != 0:
         raise RuntimeError("the mass drain needs root (it starts local Slurm daemons)")
-    return mass_drain(quick) + rows
+    generated = [row for count in sizes[: 1 if quick else None] for row in mass_drain_generated(count)]
+    return mass_drain(quick) + generated + rows
 
 
 def _stop(_signum, _frame):
@@ -292,6 +336,9 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _stop)
     if "--real" in sys.argv:
         results = real_run(float(sys.argv[sys.argv.index("--real") + 1]))
+    elif "--generated" in sys.argv:  # only the mass drain of generated jobs, at the sizes given
+        sizes = [int(n) for n in sys.argv[sys.argv.index("--generated") + 1].split(",")]
+        results = [row for count in sizes for row in mass_drain_generated(count)]
     else:
         results = run(quick="--quick" in sys.argv)
     for row in results:

@@ -331,11 +331,13 @@ def test_loading_an_unverified_damaged_checkpoint_is_an_error(tmp_path):
         store.open(1).load()
 
 
-def test_restored_numpy_arrays_are_writable_and_the_checkpoint_stays_as_saved(tmp_path):
+def test_restored_numpy_arrays_are_read_only_views_and_writable_ones_copies(tmp_path):
     np = pytest.importorskip("numpy")
     store = CheckpointStore(tmp_path)
     store.save(1, {"w": np.arange(1_000_000, dtype=np.float32), "bias": np.ones(3)})
     _found, state = store.restore()
+    assert not state["w"].flags.writeable and not state["w"].flags.owndata  # over the mapped file
+    _found, state = store.restore(writable=True)
     assert state["w"].flags.writeable and state["bias"].flags.writeable
     state["w"][0] = 42.0  # training goes on in the restored arrays
     assert store.restore()[1]["w"][0] == 0.0

@@ -7,16 +7,15 @@ import zlib
 
 import pytest
 
-from slurm_preempt.job import checkpoint_io
+from slurm_preempt.job import checkpoint_io, checksum
 from slurm_preempt.job.checkpoint_io import (
     CHUNK,
     OVERLAP_MIN,
     Damaged,
     DurableWriter,
-    checksum_path,
     copy_file,
-    map_file,
-    read_checked,
+    file_entry,
+    read_view,
     verify_file,
     write_file,
 )
@@ -25,6 +24,10 @@ SIZES = [0, 1, OVERLAP_MIN - 1, OVERLAP_MIN, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CH
 
 
 def _entry(data: bytes) -> dict:
+    return checksum.of(data)
+
+
+def _crc32_entry(data: bytes) -> dict:
     return {"bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"}
 
 
@@ -34,9 +37,28 @@ def test_written_file_and_its_entry_match_the_bytes(tmp_path, size):
     entry = write_file(tmp_path / "f", [data])
     assert entry == _entry(data)
     assert (tmp_path / "f").read_bytes() == data
-    assert checksum_path(tmp_path / "f") == (entry["bytes"], entry["crc32"])
-    assert read_checked(tmp_path / "f", entry) == data
+    assert file_entry(tmp_path / "f") == entry
+    assert read_view(tmp_path / "f", entry) == data
     verify_file(tmp_path / "f", entry)
+
+
+@pytest.mark.parametrize("size", [0, 100, 2 * CHUNK + 1])
+def test_files_checksummed_with_crc32_by_an_older_release_still_verify(tmp_path, size):
+    data = os.urandom(size)
+    (tmp_path / "f").write_bytes(data)
+    old = _crc32_entry(data)
+    assert file_entry(tmp_path / "f", checksum.CRC32) == old
+    verify_file(tmp_path / "f", old)
+    assert read_view(tmp_path / "f", old) == data
+    with pytest.raises(Damaged):
+        verify_file(tmp_path / "f", {**old, "crc32": "00000000" if old["crc32"] != "00000000" else "1"})
+
+
+def test_the_default_checksum_is_named_in_each_entry(tmp_path):
+    entry = write_file(tmp_path / "f", [b"abc"])
+    assert set(entry) == {"bytes", checksum.DEFAULT} and checksum.DEFAULT == checksum.XXH3
+    with pytest.raises(Damaged, match="no known checksum"):
+        verify_file(tmp_path / "f", {"bytes": 3, "sha0": "x"})
 
 
 def test_many_pieces_of_mixed_sizes_checksum_as_one_stream(tmp_path):
@@ -84,14 +106,14 @@ def test_damage_is_found_on_the_way_in(tmp_path, size, damage):
         changed += b"x"
     (tmp_path / "f").write_bytes(changed)
     with pytest.raises(Damaged):
-        read_checked(tmp_path / "f", entry)
+        read_view(tmp_path / "f", entry)
     with pytest.raises(Damaged):
         verify_file(tmp_path / "f", entry)
 
 
 def test_missing_files_and_entries_are_damage_not_crashes(tmp_path):
     with pytest.raises(Damaged):
-        read_checked(tmp_path / "missing", {"bytes": 1, "crc32": "00000000"})
+        read_view(tmp_path / "missing", {"bytes": 1, "crc32": "00000000"})
     with pytest.raises(Damaged):
         verify_file(tmp_path / "missing", {"bytes": 1, "crc32": "00000000"})
     (tmp_path / "f").write_bytes(b"x")
@@ -99,14 +121,16 @@ def test_missing_files_and_entries_are_damage_not_crashes(tmp_path):
         verify_file(tmp_path / "f", "not an entry")
 
 
-def test_a_mapping_is_private_and_writable(tmp_path):
-    (tmp_path / "f").write_bytes(b"abc" * 5000)
-    mapped = map_file(tmp_path / "f")
-    mapped[0:3] = b"xyz"
-    assert bytes(mapped[0:3]) == b"xyz"
-    assert (tmp_path / "f").read_bytes()[:3] == b"abc"  # copy-on-write: the file is as saved
-    (tmp_path / "empty").write_bytes(b"")
-    assert map_file(tmp_path / "empty") == b""
+def test_a_view_is_read_only_and_a_writable_one_is_a_copy(tmp_path):
+    data = b"abc" * 5000
+    entry = write_file(tmp_path / "f", [data])
+    view = read_view(tmp_path / "f", entry)
+    assert isinstance(view, memoryview) and view.readonly and view == data
+    copy = read_view(tmp_path / "f", entry, writable=True)
+    copy[0:3] = b"xyz"
+    assert bytes(copy[0:3]) == b"xyz" and (tmp_path / "f").read_bytes() == data
+    empty = write_file(tmp_path / "empty", [b""])
+    assert read_view(tmp_path / "empty", empty) == b""
 
 
 def test_every_step_is_announced_to_the_hook(tmp_path, monkeypatch):

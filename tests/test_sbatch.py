@@ -253,9 +253,21 @@ def test_torchrun_runs_a_leading_interpreter_as_given(command, no_python):
 
 
 def test_torchrun_agent_ignores_usr_signals_and_waits_the_grace_for_its_workers():
-    script = make(command=("train.py",), template="torchrun", nodes="2", grace="120").script
+    script = make(
+        command=("train.py",), template="torchrun", nodes="2", grace="120", torchrun="/opt/t/torchrun"
+    ).script
     assert 'bash -c \'trap "" USR1 USR2; exec "$@"\' torchrun-agent' in script
     assert 'TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-120}"' in script
+
+
+def test_this_installs_torchrun_runs_through_the_quiet_agent():
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    script = make(command=("train.py",), template="torchrun", nodes="2", torchrun=torchrun).script
+    assert (
+        f"{shlex.quote(sys.executable)} -m slurm_preempt.job.torchagent\n    {shlex.quote(torchrun)}"
+        in script
+    )
+    assert "torchrun-agent" not in script
 
 
 def test_user_template_gets_the_documented_variables(tmp_path):

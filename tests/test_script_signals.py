@@ -296,3 +296,68 @@ def test_a_notice_after_the_command_finished_its_work_is_not_passed_on(tmp_path)
     assert "has finished its work: not passed on" in _read(tmp_path / "job.out")
     assert _read(tmp_path / "ended") == "finished\n"  # its last lines ran
     assert not (tmp_path / "scontrol.args").exists()  # never requeued
+
+
+# ------------------------------------------------------------------ the notice's cost follows the job
+
+NO_STEPS = r"""
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda n, f: got.append(signal.Signals(n).name))
+open(os.path.join(sys.argv[1], "ready"), "w").close()
+while not got:
+    time.sleep(0.02)
+with open(os.path.join(sys.argv[1], "target.log"), "w") as out:
+    out.write(" ".join(got))
+"""
+
+
+def test_a_command_without_steps_costs_slurmctld_no_round_trip(tmp_path):
+    target = tmp_path / "nosteps.py"
+    target.write_text(NO_STEPS)
+    settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30"}
+    made = gen.generate(settings, [sys.executable, str(target), str(tmp_path)], Config())
+    job = _start(tmp_path, gen.write_script(made.script, tmp_path / "job.sh"))
+    try:
+        _wait_for(tmp_path / "ready")
+        job.send_signal(signal.SIGUSR1)
+        _wait_for(tmp_path / "target.log")
+        assert job.wait(20) == 0, _read(tmp_path / "job.out")
+    finally:
+        job.kill()
+    assert _read(tmp_path / "target.log") == "SIGTERM"
+    assert not (tmp_path / "squeue.args").exists() and not (tmp_path / "scancel.args").exists()
+    assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
+
+
+def _functions(script: str, *names: str) -> str:
+    parts = []
+    for name in names:
+        start = script.index(f"{name}() {{")
+        parts.append(script[start : script.index("\n}\n", start) + 3])
+    return "".join(parts)
+
+
+def test_the_handler_reads_the_jobs_own_processes_not_the_nodes(tmp_path):
+    """Outside a Slurm cgroup, the processes looked at are this shell's tree: its command, the
+    command's children, nothing else of the node (this test's own process is not among them)."""
+    functions = _functions(_script(tmp_path).read_text(), "sp_job_pids", "sp_tree", "sp_group")
+    functions = "sp_seen=\n" + functions
+    check = functions + (
+        "set -m; bash -c 'sleep 30 & sleep 30 & wait' & sp_child=$!; set +m\n"
+        "while [ $(wc -w < /proc/$sp_child/task/$sp_child/children) -lt 2 ]; do sleep 0.02; done\n"
+        'sp_job_pids; echo "tree: ${sp_pids[*]}"; echo "child: $sp_child"\n'
+        'sp_group; printf "%s\\n" "${sp_members[@]}"\n'
+        "kill -- -$sp_child\n"
+    )
+    env = {**os.environ, "SLURM_JOB_ID": "4242"}
+    out = subprocess.run(
+        ["bash", "-c", check], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = out.stdout.splitlines()
+    tree = lines[0].split()[1:]
+    child = lines[1].split()[1]
+    group = [line.split() for line in lines[2:]]
+    assert str(os.getpid()) not in tree and len(tree) == 4, tree  # this shell and the group of three
+    assert [pid for pid, _comm in group][0] == child
+    assert sorted(comm for _pid, comm in group) == ["bash", "sleep", "sleep"]

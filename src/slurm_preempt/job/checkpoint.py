@@ -5,7 +5,7 @@ loading: ``stored_checkpoint.py``)::
 
     <dir>/step-000000000042/          one complete checkpoint
             state.pkl  state.buffers  (or data.bin, state.pt, or the files you saved)
-            MANIFEST.json             written last: step, sizes, CRC-32 of every file, metadata
+            MANIFEST.json             written last: step, sizes, checksum of every file, metadata
     <dir>/step-000000000042.1/        step 42 saved again: the highest generation wins
     <dir>/.tmp-<host>-<pid>-<nonce>/  a save in progress (never read; swept once its writer is gone)
 
@@ -16,8 +16,8 @@ helper thread, off the caller's path. A process killed at any point leaves the p
 the new one, never a torn one and never none. Loading verifies the manifest (sizes and checksums) and
 falls back to the previous good checkpoint with a warning.
 
-Checksum: zlib.crc32, in the standard library and computed beside the I/O on a helper thread (it
-releases the GIL), so it costs the disk nothing; it detects damage, not tampering.
+Checksum: XXH3 (``checksum.py``; CRC-32 where xxhash is missing, and older checkpoints still verify),
+named in the manifest and computed beside the I/O on a helper thread; it detects damage, not tampering.
 Import-light: standard library only.
 """
 
@@ -35,7 +35,7 @@ from typing import Any, Literal, overload
 
 from slurm_preempt.durable import fsync_dir
 from slurm_preempt.errors import CheckpointError
-from slurm_preempt.job import commit
+from slurm_preempt.job import checksum, commit
 from slurm_preempt.job.checkpoint_io import Damaged, copy_file, fs_step, stream_file, write_file
 from slurm_preempt.job.commit import PREFIX, Owner, step_name
 from slurm_preempt.job.formats import PickleFormat, WholeFormat
@@ -236,7 +236,7 @@ class CheckpointStore:
                 "step": step,
                 "kind": snap.kind,
                 "created": time.time(),
-                "checksum": "crc32",
+                "checksum": checksum.DEFAULT,
                 "files": files,
                 "meta": meta,
                 **snap.extra,
@@ -343,10 +343,11 @@ class CheckpointStore:
         found = self._first_intact(_verify if verify else (lambda _found: None))
         return None if found is None else replace(found[0], verified=verify)
 
-    def restore(self) -> tuple[Checkpoint, Any] | None:
+    def restore(self, writable: bool = False) -> tuple[Checkpoint, Any] | None:
         """(checkpoint, payload) of the newest intact checkpoint, or None on a first run; damaged newer
-        ones are skipped with a warning. Checked while loaded: each file is read from the disk once."""
-        found = self._first_intact(lambda checkpoint: checkpoint.load_checked())
+        ones are skipped with a warning. Checked while loaded: each file is read from the disk once.
+        Bytes and arrays come back as read-only views of the files, not copies; ``writable``: copies."""
+        found = self._first_intact(lambda checkpoint: checkpoint.load_checked(writable=writable))
         return None if found is None else (replace(found[0], verified=True), found[1])
 
     def load_latest(self) -> tuple[int, Any] | None:

@@ -1,17 +1,19 @@
 """The checkpoint data path: durable writes and verified reads that touch each byte once.
 
 Writing (``DurableWriter``): bytes go from the caller's memory to the file (no copy of the payload);
-for every large write, CRC-32 runs on a helper thread over the same memory while the calling thread
-writes it (``zlib.crc32`` and ``os.write`` both release the GIL); writeback of each written chunk is
-started at once (``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on Linux), so the disk works while later
-chunks are still being copied into the page cache and the final ``fsync`` waits only for the tail.
-Without that kick the kernel holds the whole file dirty until ``fsync`` (dirty_background_ratio is
-far above a checkpoint's size on a large-memory node) and the copy and the disk run one after the other.
+for every large write, the checksum (``checksum.py``: XXH3 by default) runs on a helper thread over the
+same memory while the calling thread writes it (the checksum and ``os.write`` both release the GIL);
+writeback of each written chunk is started at once (``sync_file_range(SYNC_FILE_RANGE_WRITE)`` on
+Linux), so the disk works while later chunks are still being copied into the page cache and the final
+``fsync`` waits only for the tail. Without that kick the kernel holds the whole file dirty until
+``fsync`` (dirty_background_ratio is far above a checkpoint's size on a large-memory node) and the copy
+and the disk run one after the other.
 
-Reading: ``checksum_path`` streams a file through a few reused buffers, CRC-32 of one running on a
-helper thread while the next is read; nothing is deserialised before every file matched the manifest.
-``map_file`` then maps the file privately (copy-on-write): its pages are already in the page cache, so
-the disk is read once, and arrays or tensors restored over the mapping are writable without a copy.
+Reading: ``read_view`` maps the file under a read lease (``mapguard.py``: truncation by another process
+can never SIGBUS us) and checksums the mapped pages in place: the bytes come back as a read-only view
+of the page cache, never copied (a writable copy on request). ``verify_file`` and ``file_entry``
+stream a file through a few reused buffers, the checksum of one running on a helper thread while the
+next is read; nothing is deserialised before every file matched the manifest.
 
 ``fs_step`` marks the boundary before every filesystem step of a save, a commit and a prune: tests set
 ``step_hook`` to kill the process at each boundary in turn. Standard library only.
@@ -20,14 +22,13 @@ the disk is read once, and arrays or tensors restored over the mapping are writa
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
-import threading
-import zlib
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from slurm_preempt.job import checksum, mapguard
 
 CHUNK = 8 << 20  # write, kick writeback and checksum in 8 MiB pieces
 OVERLAP_MIN = 1 << 20  # below this a helper thread costs more than the checksum it takes over
@@ -72,22 +73,19 @@ def _bytes_view(data: Any) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def _checksum_entry(size: int, crc: int) -> dict:
-    return {"bytes": size, "crc32": f"{crc:08x}"}
-
-
 class DurableWriter:
-    """A new file (never an existing one), written through: CRC-32 while writing, writeback started per
-    chunk, ``finish()`` fsyncs and returns {bytes, crc32}. File-like enough for ``torch.save``."""
+    """A new file (never an existing one), written through: checksummed while writing, writeback
+    started per chunk, ``finish()`` fsyncs and returns its manifest entry. File-like enough for
+    ``torch.save``."""
 
     def __init__(self, path: Path):
         fs_step(f"create {path.name}")
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.size = 0
-        self._crc = 0
+        self._running = checksum.Running()
         self._kicked = 0  # bytes whose writeback was started
-        self._sums: _Crc | None = None  # the helper thread, from the first large write on
+        self._sums: _Summer | None = None  # the helper thread, from the first large write on
         self._start_writeback = _writeback()
 
     def writable(self) -> bool:
@@ -100,17 +98,17 @@ class DurableWriter:
         pass
 
     def write(self, data: Any, stable: bool = False) -> int:
-        """Write ``data``; its CRC-32 runs on the helper thread meanwhile. ``stable``: the caller keeps
+        """Write ``data``; its checksum runs on the helper thread meanwhile. ``stable``: the caller keeps
         this memory unchanged until ``finish()``, so the checksum may lag behind (a snapshot's pieces);
         otherwise write() returns only once the checksum has read it (torch.save hands out views of
         buffers it frees right after)."""
         view = _bytes_view(data)
         if self._sums is None and len(view) < OVERLAP_MIN:
-            self._crc = zlib.crc32(view, self._crc)
+            self._running.update(view)
             self._write_all(view)
             return len(view)
         if self._sums is None:
-            self._sums = _Crc(self._crc)
+            self._sums = _Summer(self._running)
         pending = self._sums.submit(view)
         try:
             self._write_all(view)
@@ -144,11 +142,11 @@ class DurableWriter:
             os.fsync(self._fd)
         finally:
             self.abort()
-        return _checksum_entry(self.size, self._crc)
+        return checksum.entry(self.size, self._running)
 
     def abort(self) -> None:
         if self._sums is not None:
-            self._crc = self._sums.close()
+            self._sums.close()
             self._sums = None
         if self._fd >= 0:
             os.close(self._fd)
@@ -192,121 +190,93 @@ def copy_file(source: Path, target: Path) -> dict:
     return writer.finish()
 
 
-class _Crc:
-    """CRC-32 of a stream, computed in order on one helper thread while the caller does the I/O."""
+class _Summer:
+    """A running checksum fed in order on one helper thread while the caller does the I/O (xxh3 and
+    zlib's CRC-32 both release the GIL)."""
 
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-preempt-crc")
+    def __init__(self, running: checksum.Running) -> None:
+        self._running = running
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="slurm-preempt-sum")
 
     def submit(self, view: memoryview) -> Future:
-        return self._pool.submit(self._add, view)
+        return self._pool.submit(self._running.update, view)
 
-    def _add(self, view: memoryview) -> None:
-        self.value = zlib.crc32(view, self.value)
-
-    def close(self) -> int:
+    def close(self) -> None:
         self._pool.shutdown(wait=True)
-        return self.value
 
 
 READ_SLOTS = 3  # buffers in flight while checksumming a file: one being read, the others being summed
 
 
-def checksum_path(path: Path) -> tuple[int, str]:
-    """(size, crc32 hex) of a file, read once through a few reused buffers, the checksum of one running
-    while the next is read. The file's pages stay cached for the ``map_file`` that follows."""
+def file_entry(path: Path, name: str = checksum.DEFAULT) -> dict:
+    """The manifest entry {bytes, NAME: hex} of a file, read once through a few reused buffers, the
+    checksum of one running while the next is read. The file's pages stay cached for a map that follows."""
     with open(path, "rb", buffering=0) as handle:
-        _sequential(handle.fileno())
-        if os.fstat(handle.fileno()).st_size < OVERLAP_MIN:
-            data = handle.read()
-            return len(data), f"{zlib.crc32(data):08x}"
-        crc, size = _Crc(), 0
-        slots = [bytearray(CHUNK) for _ in range(READ_SLOTS)]
-        pending: list[Future | None] = [None] * READ_SLOTS
-        try:
-            for turn in itertools.count():
-                slot = turn % READ_SLOTS
-                if pending[slot] is not None:
-                    pending[slot].result()  # type: ignore[union-attr]
-                count = handle.readinto(slots[slot])
-                if not count:
-                    break
-                pending[slot] = crc.submit(memoryview(slots[slot])[:count])
-                size += count
-        finally:
-            value = crc.close()
-    return size, f"{value:08x}"
+        return _entry_of_open(handle, checksum.Running(name))
 
 
-def _checksum_mapped(path: Path) -> tuple[int, str]:
-    """(size, crc32 hex) of a file through a read-only mapping of its cached pages: no copy."""
-    with open(path, "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return 0, f"{zlib.crc32(b''):08x}"
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            if hasattr(mapping, "madvise") and hasattr(mmap, "MADV_SEQUENTIAL"):
-                mapping.madvise(mmap.MADV_SEQUENTIAL)
-            view, crc = memoryview(mapping), 0
-            try:
-                for start in range(0, size, CHUNK):
-                    crc = zlib.crc32(view[start : start + CHUNK], crc)
-            finally:
-                view.release()
-    return size, f"{crc:08x}"
+def _entry_of_open(handle: Any, running: checksum.Running) -> dict:
+    _sequential(handle.fileno())
+    if os.fstat(handle.fileno()).st_size < OVERLAP_MIN:
+        data = handle.read()
+        running.update(data)
+        return checksum.entry(len(data), running)
+    sums, size = _Summer(running), 0
+    slots = [bytearray(CHUNK) for _ in range(READ_SLOTS)]
+    pending: list[Future | None] = [None] * READ_SLOTS
+    try:
+        for turn in itertools.count():
+            slot = turn % READ_SLOTS
+            if pending[slot] is not None:
+                pending[slot].result()  # type: ignore[union-attr]
+            count = handle.readinto(slots[slot])
+            if not count:
+                break
+            pending[slot] = sums.submit(memoryview(slots[slot])[:count])
+            size += count
+    finally:
+        sums.close()
+    return checksum.entry(size, running)
+
+
+def _wanted(path: Path, want: object) -> tuple[dict, str]:
+    """The manifest entry and the name of its checksum."""
+    if not isinstance(want, dict):
+        raise Damaged(f"{path.name}: no manifest entry")
+    try:
+        return want, checksum.name_of(want)
+    except checksum.UnknownChecksum as exc:
+        raise Damaged(f"{path.name}: {exc}") from exc
 
 
 def verify_file(path: Path, want: object) -> None:
-    """Raise Damaged unless ``path`` has the size and CRC-32 of its manifest entry {bytes, crc32}."""
-    if not isinstance(want, dict):
-        raise Damaged(f"{path.name}: no manifest entry")
+    """Raise Damaged unless ``path`` has the size and checksum of its manifest entry."""
+    entry, name = _wanted(path, want)
     try:
-        if os.stat(path).st_size != want.get("bytes"):
+        if os.stat(path).st_size != entry.get("bytes"):
             raise Damaged(f"{path.name}: size differs from the manifest")
-        size, crc = checksum_path(path)
-    except OSError as exc:
-        raise Damaged(f"{path.name}: {exc.strerror or exc}") from exc
-    if size != want.get("bytes") or crc != want.get("crc32"):
+        found = file_entry(path, name)
+    except (OSError, checksum.UnknownChecksum) as exc:
+        raise Damaged(f"{path.name}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if found != {"bytes": entry.get("bytes"), name: entry.get(name)}:
         raise Damaged(f"{path.name}: size or checksum differs from the manifest")
 
 
-def map_file(path: Path) -> Any:
-    """The file's bytes as a private writable mapping (copy-on-write: writes never reach the file), or
-    b"" when it is empty. After ``checksum_path`` its pages are in the page cache: nothing is read twice."""
-    with open(path, "rb", buffering=0) as handle:
-        if os.fstat(handle.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
-
-
-def read_checked(path: Path, want: object) -> bytes:
-    """The file's bytes, checked against its manifest entry. A helper thread checksums the file through
-    a mapping while this one reads it: the disk is read once (whichever comes first brings a page into
-    the cache), the helper copies nothing, and the checksum takes no time of its own where checking
-    first and reading after made a second pass (bench/bench_checkpoint.py, "load bytes")."""
-    if not isinstance(want, dict):
-        raise Damaged(f"{path.name}: no manifest entry")
-    found: dict[str, Any] = {}
-
-    def check() -> None:
-        try:
-            found["sum"] = _checksum_mapped(path)
-        except (OSError, ValueError) as exc:
-            found["error"] = exc
-
-    helper = threading.Thread(target=check, name="slurm-preempt-crc", daemon=True)
-    helper.start()
+def read_view(path: Path, want: object, check: bool = True, writable: bool = False) -> Any:
+    """The file's bytes without a copy: a read-only view over its cached pages that another process
+    cannot pull away (``mapguard``), checked against its manifest entry when ``check`` (one pass over
+    those pages, no copy). ``writable``: a writable copy instead."""
+    entry, name = _wanted(path, want) if check else ({}, checksum.DEFAULT)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise Damaged(f"{path.name}: {exc.strerror or exc}") from exc
-    finally:
-        helper.join()
-    size, crc = found.get("sum", (None, None))
-    if len(data) != want.get("bytes") or size != len(data) or crc != want.get("crc32"):
-        raise Damaged(f"{path.name}: size or checksum differs from the manifest")
+        data = mapguard.view(path, writable)
+        if check:
+            running, view = checksum.Running(name), memoryview(data)
+            for start in range(0, len(view), CHUNK):
+                running.update(view[start : start + CHUNK])
+            if not checksum.matches(entry, len(view), running):
+                raise Damaged(f"{path.name}: size or checksum differs from the manifest")
+    except (OSError, ValueError) as exc:
+        raise Damaged(f"{path.name}: {getattr(exc, 'strerror', None) or exc}") from exc
     return data
 
 

@@ -187,15 +187,17 @@ class Run:
 
     # ------------------------------------------------------------------------------------ restore
 
-    def restore(self, into: dict | None = None) -> Any:
+    def restore(self, into: dict | None = None, *, writable: bool = False) -> Any:
         """The payload of the newest intact checkpoint (falls back past damaged ones), or None.
+        Bytes and arrays come back as read-only views of the files (no copy); ``writable``: copies.
 
         Sharded (``format=ShardedFormat()``, every rank calls it): ``into`` is the state dict to fill in
         place (tensors, DTensors, FSDP2 shards laid out for this world size; DCP reshards); returns it
         filled, or None on every rank when no checkpoint is complete and loadable everywhere. Raises
         CheckpointError when a whole format finds a sharded checkpoint or a sharded restore has no
         ``into``; MissingDependencyError when it needs torch and there is none."""
-        done = self._restore_sharded(into) if self._sharded is not None else self._restore_whole()
+        sharded = self._sharded is not None
+        done = self._restore_sharded(into) if sharded else self._restore_whole(writable)
         if done is None:
             return None
         found, payload = done
@@ -211,8 +213,8 @@ class Run:
         if self._writer:
             self._say_resumed(found)
 
-    def _restore_whole(self) -> tuple[Checkpoint, Any] | None:
-        restored = self._store.restore()  # verified while loaded: each file read once
+    def _restore_whole(self, writable: bool) -> tuple[Checkpoint, Any] | None:
+        restored = self._store.restore(writable)  # verified while loaded: each file read once
         if restored is not None and restored[0].kind == SHARDED:
             path = restored[0].path
             raise CheckpointError(

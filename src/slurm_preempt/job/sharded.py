@@ -5,8 +5,8 @@ A sharded checkpoint is one folder of the checkpoint store, so restore, fallback
 
     step-000000000100/
         MANIFEST.json       written last, by rank 0, once every rank has said its part is durable:
-                            kind "sharded", the world size, sizes and CRC-32 of every file of every rank
-        shard-00000.json    rank 0's part: its files, sizes and CRC-32 (written durably before agreeing)
+                            kind "sharded", the world size, sizes and checksums of every file of every rank
+        shard-00000.json    rank 0's part: its files, sizes and checksums (written durably before agreeing)
         __0_0.distcp ...    torch.distributed.checkpoint's files (rank r writes ``__r_*``), .metadata
         rank-00001/...      or any rank's own files
 
@@ -51,10 +51,10 @@ from typing import Any, TypeVar
 
 from slurm_preempt.durable import fsync_dir
 from slurm_preempt.errors import CheckpointError
-from slurm_preempt.job import commit
+from slurm_preempt.job import checksum, commit
 from slurm_preempt.job.agreement import Agreement
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
-from slurm_preempt.job.checkpoint_io import Damaged, checksum_path, verify_file, write_file
+from slurm_preempt.job.checkpoint_io import Damaged, file_entry, verify_file, write_file
 from slurm_preempt.job.commit import Owner, Scratch, step_name
 from slurm_preempt.job.snapshot import MANIFEST, snapshot_of
 
@@ -192,8 +192,7 @@ class ShardedStore:
                     raise CheckpointError(f"{name} claimed by rank {rank} and by another rank")
                 files[name] = entry
             ranks[str(rank)] = sorted(part["files"])
-            size, crc = checksum_path(folder / part_name)
-            files[part_name] = {"bytes": size, "crc32": crc}
+            files[part_name] = file_entry(folder / part_name)
         manifest = {
             "version": FORMAT_VERSION,
             "step": step,
@@ -201,7 +200,7 @@ class ShardedStore:
             "format": fmt,
             "world": self.world,
             "created": time.time(),
-            "checksum": "crc32",
+            "checksum": checksum.DEFAULT,
             "files": files,
             "ranks": ranks,
             "meta": dict(meta or {}),
@@ -315,8 +314,7 @@ def _durable_checksum(path: Path) -> dict:
         os.fsync(fd)
     finally:
         os.close(fd)
-    size, crc = checksum_path(path)
-    return {"bytes": size, "crc32": crc}
+    return file_entry(path)
 
 
 __all__ = ["KIND", "ShardedStore", "objects_loader", "objects_writer", "owner_rank"]

@@ -11,6 +11,8 @@ are deep-copied, so the caller may change anything once the call returns.
 
 Loading maps the verified file (``torch.load(mmap=True)``): the checksum pass already brought its pages
 into the page cache, so the tensors are backed by them and nothing is read or copied a second time.
+The file is leased first (``mapguard``), so no other process can change or truncate it between the
+check and the map, nor SIGBUS the tensors later.
 """
 
 from __future__ import annotations
@@ -93,11 +95,26 @@ def snapshot(state: Any, staging: TorchStaging | None = None) -> Snapshot:
     return Snapshot(kind="torch", streams={FILE: lambda writer: torch.save(target, writer)})
 
 
-def load(path: Path, map_location: str = "cpu") -> Any:
+def load(path: Path, want: dict | None = None, map_location: str = "cpu") -> Any:
+    """The state in ``path``, its tensors over a mapping of the file (no copy), checked against its
+    manifest entry ``want`` first (None: not checked). The file stays under a read lease while it is
+    mapped (``mapguard``); where none can be had it is read into memory instead."""
+    from slurm_preempt.job import mapguard
+    from slurm_preempt.job.checkpoint_io import verify_file
+
     torch = _torch()
+    lease = mapguard.lease_file(path)
     try:
-        return torch.load(path, map_location=map_location, weights_only=False, mmap=True)
-    except RuntimeError as exc:
-        if "mmap" not in str(exc):
-            raise
-        return torch.load(path, map_location=map_location, weights_only=False)  # an old, non-zip file
+        if want is not None:
+            verify_file(path, want)
+        if lease is None:
+            return torch.load(path, map_location=map_location, weights_only=False)
+        try:
+            return torch.load(path, map_location=map_location, weights_only=False, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            return torch.load(path, map_location=map_location, weights_only=False)  # an old, non-zip file
+    finally:
+        if lease is not None:
+            lease.settled = True  # from now on, let go once torch's mapping is gone

@@ -13,6 +13,7 @@ Variables a template (built-in or ``--template PATH``) receives:
     command_line    the command as one shell-quoted line
     state_dir       the slurm-preempt state folder from the config (notices live under it)
     exe             the slurm-preempt executable of this install (for the sidecar)
+    agent_python    this install's Python, when torchrun is this install's (torchrun's quiet agent)
     version         slurm-preempt's version
     template_name   the template's name
 
@@ -132,6 +133,7 @@ def render(spec: JobSpec, state_dir: str) -> str:
         "command_line": shlex.join(spec.command),
         "state_dir": state_dir,
         "exe": slurm_preempt_executable(),
+        "agent_python": agent_python(spec.torchrun),
         "version": __version__,
         "template_name": spec.template if spec.template in BUILTIN_TEMPLATES else path.name,
     }
@@ -163,6 +165,14 @@ def slurm_preempt_executable() -> str:
     if sibling.is_file() and os.access(sibling, os.X_OK):
         return str(sibling)
     return shutil.which("slurm-preempt") or "slurm-preempt"
+
+
+def agent_python(torchrun: str) -> str:
+    """This install's Python when ``torchrun`` is this install's too (so it has slurm_preempt and torch),
+    to run torchrun's agent quietly (``job/torchagent.py``); else "" (torchrun runs as it is)."""
+    if Path(torchrun).is_absolute() and Path(torchrun).parent == Path(sys.executable).parent:
+        return sys.executable
+    return ""
 
 
 def torchrun_executable() -> str:
