@@ -37,7 +37,13 @@ from slurm_preempt.job import joblog
 from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.commit import Owner
-from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, ENV_CHECKPOINT_INTERVAL, JobEnv, fresh_notice
+from slurm_preempt.job.environment import (
+    ENV_CHECKPOINT_DIR,
+    ENV_CHECKPOINT_INTERVAL,
+    ENV_SCRIPT_DECIDES,
+    JobEnv,
+    fresh_notice,
+)
 from slurm_preempt.job.formats import Format, PickleFormat, ShardedFormat
 from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.job.pacing import Pacer
@@ -388,6 +394,12 @@ class Run:
         if not self._env.job_id:
             log.info(
                 "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self._step, exit_code
+            )
+            sys.exit(exit_code)
+        if os.environ.get(ENV_SCRIPT_DECIDES):
+            # The batch script goes on without the leaving nodes when it can, else requeues (job/shrink).
+            log.info(
+                "final checkpoint at step %d saved: the job script shrinks or requeues the job", self._step
             )
             sys.exit(exit_code)
         from slurm_preempt.job.requeue import fallback_exit, requeue_self
