@@ -217,9 +217,9 @@ OPTIONS: tuple[Option, ...] = (
         "With --nodes=MIN-MAX, requeue at a partial drain instead of going on without the leaving nodes.",
         kind=OFF,
         default=True,
-        details="By default a job with a node range whose leaving nodes spare its batch host and at least MIN "
-        "others takes its final checkpoint, gives those nodes back (`scontrol update NodeList=`) and starts "
-        "its command again on the others in the same attempt (docs/resume.md, Elastic in place).",
+        details="By default a job with a node range whose leaving nodes spare its batch host and at least "
+        "MIN others takes its final checkpoint, gives those nodes back (`scontrol update NodeList=`) and "
+        "starts its command again on the others in the same attempt (docs/resume.md, Elastic in place).",
     ),
     Option(
         "timelimit_notice",
