@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -148,8 +149,11 @@ def _final_checkpoint(env: JobEnv) -> dict:
     return finals[-1] if finals else {}
 
 
-def shrink_in_place(min_nodes: int, environ: Mapping[str, str] | None = None, slurm=None) -> Outcome:
-    """Decide, shrink, check and record; never raises for Slurm's answers (an Outcome says why not)."""
+def shrink_in_place(
+    min_nodes: int, wait_steps: float = 0.0, environ: Mapping[str, str] | None = None, slurm=None
+) -> Outcome:
+    """Wait up to ``wait_steps`` seconds for the job's steps to end, then decide, shrink, check and
+    record; never raises for Slurm's answers (an Outcome says why not)."""
     from slurm_preempt.errors import SlurmPreemptError
     from slurm_preempt.slurm.commands import Slurm
 
@@ -162,9 +166,27 @@ def shrink_in_place(min_nodes: int, environ: Mapping[str, str] | None = None, sl
     quiet = {k: v for k, v in environ.items() if k not in ("SLURM_JOBID", "SLURM_JOB_ID")}
     slurm = slurm or Slurm(timeout=30, env=quiet)
     try:
+        if not _steps_ended(slurm, requeue_id(env), wait_steps):
+            return Outcome(False, f"a step of job {env.job_id} still runs after {wait_steps:g} s")
         return _shrink(env, environ, slurm, min_nodes, began)
     except SlurmPreemptError as exc:
         return Outcome(False, f"the shrink failed: {str(exc).splitlines()[0] if str(exc) else exc}")
+
+
+STEP_POLL = 0.05  # seconds between two looks at the job's steps
+
+
+def _steps_ended(slurm, job_id: str, within: float) -> bool:
+    """Slurm resizes no running step (and 22.05 would keep its core bitmaps): wait for every numbered
+    step to be gone from the controller. Asked of Slurm, not of the srun processes: srun leaves a
+    "shepherd" child behind (src/srun/srun_job.c, _shepherd_spawn) that may outlive it by seconds,
+    after its step has ended."""
+    end = time.monotonic() + within
+    while slurm.steps(job_id):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(STEP_POLL)
+    return True
 
 
 def _leaving(env: JobEnv, slurm, nodes: Sequence[str]) -> set[str]:
