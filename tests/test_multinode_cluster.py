@@ -239,6 +239,52 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
 
 
+def _srun_range_job(cl, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+    work, result = tmp_path / name, tmp_path / name / "result.json"
+    # No --ntasks-per-node: with it sbatch asks for MIN tasks, and Slurm allocates only MIN nodes;
+    # without it each srun runs one task per node of the allocation.
+    options = ["--job-name", name, "--nodes", "2-3",
+               "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
+    return submit_generated(cl, work, options, ["srun", *_train(result)]), work, result
+
+
+def test_srun_multitask_job_shrinks_in_place(clean_cluster, watcher, tmp_path):
+    """`srun python ...` (one task per node) with --nodes=2-3: the second srun, run by the same batch
+    script on the two nodes that stay, gets the shrunk job's environment (no stale SLURM_NTASKS)."""
+    cl = clean_cluster
+    job_id, work, result = _srun_range_job(cl, tmp_path, "srun3")
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    assert len(first.nodes) == 3
+    event = _drill(cl, job_id, first.nodes[2], work)
+    _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 1
+
+
+def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, watcher, tmp_path):
+    """3 -> 2 on a first drain; then one of the two drains: the watcher tells the job again (it no longer
+    holds the first node), and with 1 node left, fewer than MIN, the job requeues from its checkpoint."""
+    cl = clean_cluster
+    job_id, work, result = _srun_range_job(cl, tmp_path, "twice")
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    assert len(first.nodes) == 3
+    event = _drill(cl, job_id, first.nodes[2], work)
+    _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
+    wait_for(lambda: _has(cl, job_id, "checkpoint_saved") and cl.slurm.job(job_id).running, 60, what="run")
+    second = _drill(cl, job_id, first.nodes[1], work)
+    assert second.jobs[job_id].requeued_at is not None, second.jobs[job_id]
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["value"] == reference() and got["attempt"] == 2
+    kinds = [e["kind"] for e in ledger.events(cl.spec.state_dir, job_id)]
+    assert kinds.count("shrunk") == 1 and kinds.count("requeued") == 1, kinds
+    log = _job_log(work, "twice", job_id)
+    assert "requeue, not shrink: 1 node(s) would stay, fewer than the job's minimum of 2" in log, log
+
+
 LIGHTNING = Path(__file__).resolve().parents[1] / "examples" / "train_lightning.py"
 
 
