@@ -43,6 +43,8 @@ class JobCost:
     node_hours: float = 0.0  # every attempt, as for run_hours, but per node
     lost_node_hours: float = 0.0
     assumed_discount: float | None = None  # no price for this job's unit: compared in node-hours
+    shrinks: int = 0  # nodes given back inside an attempt (job/shrink.py): no requeue
+    shrink_seconds: float = 0.0  # idle time they cost: final checkpoint -> running again
 
     @property
     def useful_hours(self) -> float:
@@ -83,6 +85,8 @@ class JobCost:
             "assumed_discount": self.assumed_discount,
             "interval_advice": self.interval_advice,
             "verdict": self.verdict,
+            "shrinks": self.shrinks,
+            "shrink_seconds": round(self.shrink_seconds, 1),
         }
 
 
@@ -119,6 +123,8 @@ def job_cost(history: JobHistory, prices: Prices) -> JobCost:
         last_cause=history.attempts[-1].cause if history.attempts else "",
         node_hours=sum(a.run_seconds * nodes(a) for a in ended) / 3600,
         lost_node_hours=sum(a.lost_seconds * nodes(a) for a in ended) / 3600,
+        shrinks=sum(len(a.shrinks) for a in history.attempts),
+        shrink_seconds=history.shrink_seconds,
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
@@ -368,6 +374,8 @@ def report_text(report: Report) -> str:
     lines.append("")
     for j in report.jobs:
         lines.append(f"job {j.job_id}: {j.verdict}")
+        if j.shrinks:
+            lines.append(f"  shrank in place {j.shrinks} time(s), no requeue: idle {j.shrink_seconds:.1f}s")
         advice = j.interval_advice
         if advice:
             lines.append(
