@@ -222,7 +222,7 @@ def test_resume_flag_is_appended_only_on_restart():
 def test_a_node_range_shrinks_in_place_unless_told_not_to():
     """--nodes=MIN-MAX: the command leaves the requeue to the script, which tries the shrink first."""
     ranged = make(nodes="2-3").script
-    assert "export SLURM_PREEMPT_SCRIPT_DECIDES=1" in ranged
+    assert "export SLURM_PREEMPT_SCRIPT_DECIDES=2" in ranged
     assert "resume shrink --min-nodes 2 --wait-steps 300" in ranged and "resume requeue" in ranged
     for fixed in (make(nodes="3").script, make(nodes="2-3", shrink=False).script, make(nodes="2-2").script):
         assert "SLURM_PREEMPT_SCRIPT_DECIDES" not in fixed and "resume shrink" not in fixed

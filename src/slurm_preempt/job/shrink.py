@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_preempt import ledger
-from slurm_preempt.job.environment import JobEnv, fresh_notice, requeue_id
+from slurm_preempt.job.environment import ENV_BATCH_HOST, ENV_SCRIPT_DECIDES, JobEnv, fresh_notice, requeue_id
 from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.notice import to_text, utcnow
 
@@ -149,28 +149,62 @@ def _final_checkpoint(env: JobEnv) -> dict:
     return finals[-1] if finals else {}
 
 
+def _slurm(environ: Mapping[str, str]):
+    from slurm_preempt.slurm.commands import Slurm
+
+    # scontrol writes resize scripts into its working folder when SLURM_JOBID is set: not wanted here.
+    return Slurm(
+        timeout=30, env={k: v for k, v in environ.items() if k not in ("SLURM_JOBID", "SLURM_JOB_ID")}
+    )
+
+
+def min_nodes_of(environ: Mapping[str, str]) -> int | None:
+    """MIN of the job's node range when its script may shrink it (``ENV_SCRIPT_DECIDES`` holds it)."""
+    text = (environ.get(ENV_SCRIPT_DECIDES) or "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def would_shrink(environ: Mapping[str, str] | None = None, slurm=None) -> Decision:
+    """For the command's writer rank after its final checkpoint: will the script shrink the job? When not,
+    the rank requeues the job at once, as it would without a range. Never raises."""
+    from slurm_preempt.errors import SlurmPreemptError
+
+    environ = os.environ if environ is None else environ
+    min_nodes, env = min_nodes_of(environ), JobEnv.from_environ(environ)
+    if min_nodes is None or not env.job_id:
+        return Decision(why_not="this job's script does not shrink it")
+    try:
+        return _plan(env, environ, slurm or _slurm(environ), min_nodes)[1]
+    except SlurmPreemptError as exc:
+        return Decision(why_not=f"Slurm did not answer: {_first_line(exc)}")
+
+
 def shrink_in_place(
     min_nodes: int, wait_steps: float = 0.0, environ: Mapping[str, str] | None = None, slurm=None
 ) -> Outcome:
-    """Wait up to ``wait_steps`` seconds for the job's steps to end, then decide, shrink, check and
-    record; never raises for Slurm's answers (an Outcome says why not)."""
+    """Decide; when the job may shrink, wait up to ``wait_steps`` seconds for its steps to end, then
+    shrink, check and record. Never raises for Slurm's answers (an Outcome says why not)."""
     from slurm_preempt.errors import SlurmPreemptError
-    from slurm_preempt.slurm.commands import Slurm
 
     environ = os.environ if environ is None else environ
     began = utcnow()
     env = JobEnv.from_environ(environ)
     if not env.job_id:
         return Outcome(False, "not inside a Slurm job")
-    # scontrol writes resize scripts into its working folder when SLURM_JOBID is set: not wanted here.
-    quiet = {k: v for k, v in environ.items() if k not in ("SLURM_JOBID", "SLURM_JOB_ID")}
-    slurm = slurm or Slurm(timeout=30, env=quiet)
+    slurm = slurm or _slurm(environ)
     try:
+        decision = _plan(env, environ, slurm, min_nodes)[1]
+        if not decision.shrink:
+            return Outcome(False, decision.why_not)
         if not _steps_ended(slurm, requeue_id(env), wait_steps):
             return Outcome(False, f"a step of job {env.job_id} still runs after {wait_steps:g} s")
         return _shrink(env, environ, slurm, min_nodes, began)
     except SlurmPreemptError as exc:
-        return Outcome(False, f"the shrink failed: {str(exc).splitlines()[0] if str(exc) else exc}")
+        return Outcome(False, f"the shrink failed: {_first_line(exc)}")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 STEP_POLL = 0.05  # seconds between two looks at the job's steps
@@ -195,17 +229,19 @@ def _leaving(env: JobEnv, slurm, nodes: Sequence[str]) -> set[str]:
     return told | {n.name for n in slurm.nodes(names=nodes, states=LEAVING_STATES)}
 
 
-def _shrink(env: JobEnv, environ: Mapping[str, str], slurm, min_nodes: int, began: datetime) -> Outcome:
+def _plan(env: JobEnv, environ: Mapping[str, str], slurm, min_nodes: int):
+    """(the job as Slurm has it now, the decision)."""
     job = slurm.job(requeue_id(env))
     if job is None or not job.running:
-        return Outcome(False, f"job {env.job_id} is not running ({job.state if job else 'gone'})")
-    decision = decide(
-        job.nodes,
-        _leaving(env, slurm, job.nodes),
-        environ.get("SLURMD_NODENAME", ""),
-        min_nodes,
-        stepmgr=bool(environ.get("SLURM_STEPMGR")),
-    )
+        return job, Decision(why_not=f"job {env.job_id} is not running ({job.state if job else 'gone'})")
+    # The batch script exports its node (SLURMD_NODENAME there) for the command's ranks on other nodes.
+    batch_host = environ.get(ENV_BATCH_HOST) or environ.get("SLURMD_NODENAME", "")
+    leaving = _leaving(env, slurm, job.nodes)
+    return job, decide(job.nodes, leaving, batch_host, min_nodes, stepmgr=bool(environ.get("SLURM_STEPMGR")))
+
+
+def _shrink(env: JobEnv, environ: Mapping[str, str], slurm, min_nodes: int, began: datetime) -> Outcome:
+    job, decision = _plan(env, environ, slurm, min_nodes)
     if not decision.shrink:
         return Outcome(False, decision.why_not)
     from slurm_preempt.slurm.parse import compress_nodes
