@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 
-from slurm_preempt.job.shrink import cpus_per_node, decide, refreshed_env
+from slurm_preempt.job.shrink import cpus_per_node, decide, refreshed_env, would_shrink
 
 NODES = ("pre1", "pre2", "pre3")
 
@@ -56,3 +56,34 @@ def test_refreshed_env_is_what_srun_needs_and_quoted():
     assert got["SLURM_JOB_CPUS_PER_NODE"] == "2(x2)"
     assert "SLURM_NTASKS" not in got and "SLURM_TASKS_PER_NODE" not in got
     assert all(shlex.split(line) for line in lines)
+
+
+class _Slurm:
+    """What would_shrink asks of Slurm: the job, and which of its nodes drain."""
+
+    def __init__(self, nodes, draining):
+        self.job_nodes, self.draining = tuple(nodes), set(draining)
+
+    def job(self, job_id):
+        from slurm_preempt.slurm.parse import Job
+
+        return Job(job_id=job_id, state="RUNNING", nodes=self.job_nodes)
+
+    def nodes(self, names=None, states=None):
+        from slurm_preempt.slurm.parse import Node
+
+        return [Node(name=n, state="MIXED", flags=frozenset({"DRAIN"})) for n in names if n in self.draining]
+
+
+def _environ(tmp_path, **more):
+    return {"SLURM_JOB_ID": "7", "SLURM_PREEMPT_SCRIPT_DECIDES": "2", "SLURM_PREEMPT_BATCH_HOST": "pre1",
+            "SLURMD_NODENAME": "pre3", "SLURM_PREEMPT_STATE_DIR": str(tmp_path), **more}  # fmt: skip
+
+
+def test_the_writer_rank_leaves_the_job_to_the_script_only_when_it_can_shrink(tmp_path):
+    """A rank on another node than the batch host judges by the batch host the script exported."""
+    assert would_shrink(_environ(tmp_path), _Slurm(NODES, {"pre3"})).survivors == ("pre1", "pre2")
+    host = would_shrink(_environ(tmp_path), _Slurm(NODES, {"pre1"}))
+    assert not host.shrink and "batch host pre1" in host.why_not
+    off = would_shrink(_environ(tmp_path, SLURM_PREEMPT_SCRIPT_DECIDES=""), _Slurm(NODES, {"pre3"}))
+    assert not off.shrink

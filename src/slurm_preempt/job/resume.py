@@ -397,11 +397,13 @@ class Run:
             )
             sys.exit(exit_code)
         if os.environ.get(ENV_SCRIPT_DECIDES):
-            # The batch script goes on without the leaving nodes when it can, else requeues (job/shrink).
-            log.info(
-                "final checkpoint at step %d saved: the job script shrinks or requeues the job", self._step
-            )
-            sys.exit(exit_code)
+            from slurm_preempt.job.shrink import would_shrink
+
+            decision = would_shrink()
+            if decision.shrink:  # the batch script goes on without the leaving nodes (job/shrink.py)
+                log.info("final checkpoint at step %d saved: the job script shrinks the job", self._step)
+                sys.exit(exit_code)
+            log.info("requeue, not shrink: %s", decision.why_not)
         from slurm_preempt.job.requeue import fallback_exit, requeue_self
 
         outcome = requeue_self(self._env, self._ledger, step=self._step, events=self._current_event())
