@@ -291,3 +291,47 @@ def test_history_says_who_wrote_each_event(tmp_path):
     text = history.history_text(found)
     assert "(from the job's owner)" in text and "events written by: job's owner 1, root 1" in text
     assert json.loads(json.dumps(found.to_json()))["attempts"][0]["notice_by"] == "owner"
+
+
+def shrunk_in_place() -> list[dict]:
+    """A 3-node attempt that gave pre3 back at T+52 s and ran again on two at T+60 s (job/shrink.py)."""
+    return [
+        start(0, 0, "pre[1-3]"),
+        ev("notice_sent", 50, event_id=f"pre3@{at(49)}", deadline=at(349)),
+        ev("checkpoint_saved", 50.5, seconds=0.3, final=True),
+        ev(
+            "shrunk",
+            52,
+            nodes_before="pre[1-3]",
+            nodes_after="pre[1-2]",
+            noticed_at=at(50),
+            checkpoint_at=at(50.5),
+            shrunk_at=at(52),
+            step=40,
+        ),  # fmt: skip
+        ev("resumed_from", 60, step=40, nodes=2, previous_nodes=3),
+        end(200, 0),
+    ]
+
+
+def test_a_shrink_is_an_event_inside_its_attempt_with_its_cost():
+    found = history.build("5", shrunk_in_place())
+    (attempt,) = found.attempts
+    (shrink,) = attempt.shrinks
+    assert (shrink.nodes_before, shrink.nodes_after) == ("pre[1-3]", "pre[1-2]")
+    assert shrink.running_again_at == T0 + timedelta(seconds=60) and shrink.cost_seconds == 9.5
+    assert found.shrink_seconds == 9.5 and attempt.lost_seconds == 0 and not attempt.preempted
+    text = history.history_text(found)
+    assert "1 attempt(s), 0 preemption(s)" in text and "shrank pre[1-3] -> pre[1-2]" in text
+    assert "idle 9.5s, no requeue" in text
+    assert found.to_json()["attempts"][0]["shrinks"][0]["cost_seconds"] == 9.5
+
+
+def test_sacct_resizing_rows_are_one_attempt():
+    """A shrink closes the job's sacct row as RESIZING and opens another: one attempt, not two."""
+    rows = [row("RESIZING", 0, 52, "pre[1-3]"), row("COMPLETED", 52, 200, "pre[1-2]")]
+    found = history.build("5", shrunk_in_place(), rows)
+    (attempt,) = found.attempts
+    assert attempt.cause == "completed" and attempt.start == T0 and len(attempt.shrinks) == 1
+    alone = history.build("5", [], rows)  # sacct only
+    assert [a.cause for a in alone.attempts] == ["completed"] and alone.attempts[0].nodes == ["pre[1-3]"]

@@ -145,3 +145,44 @@ def test_a_flooded_folder_a_fifo_notice_and_a_planted_sender_steer_nothing(clean
         wait_for(lambda j=job_id: Path(f"/tmp/sp-hostile-{j}").exists(), 30, what=f"job {job_id}'s USR1")
         assert read_notice(state / "notices" / f"{job_id}.json").node in ("pre1", "pre2")
     assert read_notice(state / "notices" / f"{hers}.json").node == "pre1"  # replaced, never read as a FIFO
+
+
+def _shrink_as_mallory(job_id: str, batch_host: str, notice: Path) -> tuple[int, dict]:
+    """`slurm-preempt resume shrink` run by sp-mallory with an environment she made up."""
+    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": batch_host,
+           "SLURM_PREEMPT_NOTICE": str(notice), "SLURM_PREEMPT_STATE_DIR": "/nonexistent"}  # fmt: skip
+    argv = ["runuser", "-u", MALLORY, "--", sys.executable, "-m", "slurm_preempt", "resume", "shrink",
+            "--min-nodes", "1", "--json"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, env=env, cwd="/tmp", timeout=120, check=False)
+    assert b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_a_user_cannot_shrink_another_users_job_nor_name_nodes_not_hers(clean_cluster):
+    """The shrink runs with the rights of whoever runs it (the job's owner; root never shrinks a job):
+    sp-mallory pointing it at sp-alice's job is refused by Slurm, and a notice of hers naming alice's
+    node leaves her own job as it is. Neither job changes."""
+    cl = clean_cluster
+    for user in (ALICE, MALLORY):
+        ensure_user(user)
+    victim = _sbatch(ALICE, "pre[1-2]", "--nodes=2", "-J", "victim")
+    own = _sbatch(MALLORY, "pre[3-4]", "--nodes=2", "-J", "own")
+    for job_id in (victim, own):
+        cl.wait_state(job_id, "RUNNING", timeout=60)
+    notice = Path(f"/tmp/sp-forged-notice-{os.getpid()}.json")
+    try:
+        forged = {"job_id": victim, "node": "pre2", "reason": REASON, "source": "slurm", "restart_count": 0,
+                  "drain_time": "2026-12-01T06:00:00Z", "detected_at": "2026-12-01T06:00:00Z",
+                  "deadline": "2099-12-01T06:05:00Z"}  # fmt: skip
+        notice.write_text(json.dumps(forged))
+        notice.chmod(0o644)
+        code, said = _shrink_as_mallory(victim, "pre1", notice)
+        # Slurm's answer to an update by someone who is neither the owner nor an operator
+        # (src/slurmctld/job_mgr.c, update_job: ESLURM_USER_ID_MISSING).
+        assert code == 1 and not said["shrunk"] and "Invalid user id" in said["why_not"], said
+        notice.write_text(json.dumps({**forged, "job_id": own}))  # alice's node, in a notice of hers
+        code, said = _shrink_as_mallory(own, "pre3", notice)
+        assert code == 1 and "no node of this job is leaving" in said["why_not"], said
+    finally:
+        notice.unlink(missing_ok=True)
+    assert cl.slurm.job(victim).nodes == ("pre1", "pre2") and cl.slurm.job(own).nodes == ("pre3", "pre4")

@@ -147,7 +147,38 @@ def test_torchrun_two_nodes_survive_a_drain_with_zero_steps_redone(clean_cluster
     _check_every_rank_told(_job_log(work, "tr2", job_id), 2)
 
 
-def test_three_nodes_come_back_on_two_and_reshard(clean_cluster, watcher, tmp_path):
+def _has(cl, job_id: str, kind: str) -> bool:
+    return any(e["kind"] == kind for e in ledger.events(cl.spec.state_dir, job_id))
+
+
+def _check_shrunk_in_place(cl, job_id: str, event: drill.DrillEvent, left: str) -> dict:
+    """The job went on without ``left`` in the same attempt: no requeue, no second prolog, one final
+    checkpoint, and the command resumed at its step. Prints drain -> shrunk (Slurm) and -> training."""
+    watch = event.jobs[job_id]
+    assert watch.requeued_at is None and watch.verdict(event.removed_at).startswith("saved"), watch
+    assert left not in watch.where and len(watch.where) == len(watch.nodes) - 1, watch
+    wait_for(lambda: _has(cl, job_id, "resumed_from"), 120, what="the command running again")
+    events = ledger.events(cl.spec.state_dir, job_id)
+    kinds = [e["kind"] for e in events]
+    assert "requeued" not in kinds, kinds  # and the result says attempt 1: SLURM_RESTART_COUNT unchanged
+    (shrunk,) = [e for e in events if e["kind"] == "shrunk"]
+    (final,) = [e for e in events if e["kind"] == "checkpoint_saved" and e.get("final")]
+    (resumed,) = [e for e in events if e["kind"] == "resumed_from"]
+    assert final["step"] == shrunk["step"] == resumed["step"] and resumed["attempt"] == 1
+    assert shrunk["left"] == left and shrunk["nodes"] == len(watch.where)
+    figures = {
+        "drain_to_notice": round(_moment(cl, job_id, "notice_sent") - event.drain_at, 2),
+        "drain_to_final_checkpoint": round(_moment(cl, job_id, "checkpoint_saved", True) - event.drain_at, 2),
+        "drain_to_shrunk": round(_moment(cl, job_id, "shrunk") - event.drain_at, 2),
+        "drain_to_training_again": round(_moment(cl, job_id, "resumed_from") - event.drain_at, 2),
+    }
+    print(f"\njob {job_id} shrank in place: {json.dumps(figures)}")
+    return resumed
+
+
+def test_three_nodes_shrink_in_place_to_two_and_reshard(clean_cluster, watcher, tmp_path):
+    """--nodes=2-3 and a node that is not the batch host drained: the job gives that node back and goes on
+    on the other two in the same attempt (before: a requeue), resharding its final checkpoint."""
     cl = clean_cluster
     work, result = tmp_path / "tr3", tmp_path / "tr3" / "result.json"
     options = ["--job-name", "tr3", "--template", "torchrun", "--nodes", "2-3",
@@ -155,21 +186,38 @@ def test_three_nodes_come_back_on_two_and_reshard(clean_cluster, watcher, tmp_pa
     job_id = submit_generated(cl, work, options, _train(result))
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
-    spare = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible") and n.name not in first.nodes]
-    cl.slurm.drain(spare, "maint: keep this test's capacity short")  # two nodes left after the drill
     event = _drill(cl, job_id, first.nodes[1], work)
-    _figures(cl, event, job_id)
-    assert len(event.jobs[job_id].where) == 2
-    cl.slurm.resume(spare)
+    resumed = _check_shrunk_in_place(cl, job_id, event, first.nodes[1])
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
     got = json.loads(result.read_text())
-    assert got["value"] == reference() and got["world"] == 2
-    resumed = _check_zero_steps_redone(cl, job_id)
+    assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 1
     assert resumed["nodes"] == 2 and resumed["previous_nodes"] == 3
     newest = CheckpointStore(work / "ckpt").latest()
     assert newest.manifest["world"] == 2 and newest.manifest["format"] == "dcp"
-    _check_every_rank_told(_job_log(work, "tr3", job_id), 3)
+    log = _job_log(work, "tr3", job_id)
+    for rank in range(3):
+        assert f"rank {rank}: preemption notice" in log, log
+    assert "shrunk to 2 nodes" in log, log
+
+
+def test_three_nodes_requeue_when_the_batch_host_leaves(clean_cluster, watcher, tmp_path):
+    """The batch host cannot leave a job (Slurm keeps it): the requeue path, with one line saying why."""
+    cl = clean_cluster
+    work, result = tmp_path / "tr3b", tmp_path / "tr3b" / "result.json"
+    options = ["--job-name", "tr3b", "--template", "torchrun", "--nodes", "2-3",
+               "--rdzv-port", str(free_port())]  # fmt: skip
+    job_id = submit_generated(cl, work, options, _train(result))
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    event = _drill(cl, job_id, first.nodes[0], work)
+    _figures(cl, event, job_id)
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["value"] == reference() and got["attempt"] == 2
+    _check_zero_steps_redone(cl, job_id)
+    log = _job_log(work, "tr3b", job_id)
+    assert f"requeue, not shrink: the batch host {first.nodes[0]} is leaving" in log, log
 
 
 def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluster, watcher, tmp_path):
@@ -189,6 +237,52 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     assert got["value"] == reference() and got["world"] == 2
     _check_zero_steps_redone(cl, job_id)
     _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
+
+
+def _srun_range_job(cl, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+    work, result = tmp_path / name, tmp_path / name / "result.json"
+    # No --ntasks-per-node: with it sbatch asks for MIN tasks, and Slurm allocates only MIN nodes;
+    # without it each srun runs one task per node of the allocation.
+    options = ["--job-name", name, "--nodes", "2-3",
+               "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
+    return submit_generated(cl, work, options, ["srun", *_train(result)]), work, result
+
+
+def test_srun_multitask_job_shrinks_in_place(clean_cluster, watcher, tmp_path):
+    """`srun python ...` (one task per node) with --nodes=2-3: the second srun, run by the same batch
+    script on the two nodes that stay, gets the shrunk job's environment (no stale SLURM_NTASKS)."""
+    cl = clean_cluster
+    job_id, work, result = _srun_range_job(cl, tmp_path, "srun3")
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    assert len(first.nodes) == 3
+    event = _drill(cl, job_id, first.nodes[2], work)
+    _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 1
+
+
+def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, watcher, tmp_path):
+    """3 -> 2 on a first drain; then one of the two drains: the watcher tells the job again (it no longer
+    holds the first node), and with 1 node left, fewer than MIN, the job requeues from its checkpoint."""
+    cl = clean_cluster
+    job_id, work, result = _srun_range_job(cl, tmp_path, "twice")
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    assert len(first.nodes) == 3
+    event = _drill(cl, job_id, first.nodes[2], work)
+    _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
+    wait_for(lambda: _has(cl, job_id, "checkpoint_saved") and cl.slurm.job(job_id).running, 60, what="run")
+    second = _drill(cl, job_id, first.nodes[1], work)
+    assert second.jobs[job_id].requeued_at is not None, second.jobs[job_id]
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["value"] == reference() and got["attempt"] == 2
+    kinds = [e["kind"] for e in ledger.events(cl.spec.state_dir, job_id)]
+    assert kinds.count("shrunk") == 1 and kinds.count("requeued") == 1, kinds
+    log = _job_log(work, "twice", job_id)
+    assert "requeue, not shrink: 1 node(s) would stay, fewer than the job's minimum of 2" in log, log
 
 
 LIGHTNING = Path(__file__).resolve().parents[1] / "examples" / "train_lightning.py"

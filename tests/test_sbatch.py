@@ -215,7 +215,17 @@ def test_time_accepts_slurms_forms(text, seconds):
 
 def test_resume_flag_is_appended_only_on_restart():
     made = make(resume_flag=("--resume-from-latest",))
-    assert 'if [ "$SLURM_PREEMPT_RESTART" = 1 ]; then\n    sp_cmd+=( --resume-from-latest )' in made.script
+    appended = 'if [ "$SLURM_PREEMPT_RESTART" = 1 ]; then\n        sp_cmd+=( --resume-from-latest )'
+    assert appended in made.script
+
+
+def test_a_node_range_shrinks_in_place_unless_told_not_to():
+    """--nodes=MIN-MAX: the command leaves the requeue to the script, which tries the shrink first."""
+    ranged = make(nodes="2-3").script
+    assert "export SLURM_PREEMPT_SCRIPT_DECIDES=2" in ranged
+    assert "resume shrink --min-nodes 2 --wait-steps 300" in ranged and "resume requeue" in ranged
+    for fixed in (make(nodes="3").script, make(nodes="2-3", shrink=False).script, make(nodes="2-2").script):
+        assert "SLURM_PREEMPT_SCRIPT_DECIDES" not in fixed and "resume shrink" not in fixed
 
 
 def test_sidecar_uses_this_installs_executable_and_survives_its_absence():

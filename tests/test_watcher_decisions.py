@@ -204,6 +204,26 @@ def test_a_later_event_with_an_earlier_deadline_rewrites_the_notice_without_a_se
     assert watcher.poll_once().actions == {}
 
 
+def test_a_job_that_shrank_in_place_is_told_of_a_survivors_drain_and_never_again_of_the_node_it_left(
+    world,
+):
+    """A job that gave pre3 back (job/shrink.py) runs on in the same attempt on pre1 and pre2: the
+    watcher must not tell it again for pre3, nor take pre2's drain for news it already had."""
+    fake = world.slurm
+    fake.add_job("1", ["pre1", "pre2", "pre3"], OPTED)
+    watcher = world.watcher()
+    fake.drain(["pre3"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    fake.job("1").nodes = ("pre1", "pre2")  # shrunk: same attempt, pre3 still draining
+    world.clock.advance(5)
+    assert watcher.poll_once().actions == {} and fake.job("1").signals == ["USR1"]
+    world.clock.advance(25)
+    fake.drain(["pre2"], REASON)
+    assert watcher.poll_once().actions == {"notice_sent": 1, "signal_sent": 1}
+    assert world.notice("1").node == "pre2" and fake.job("1").signals == ["USR1", "USR1"]
+    assert watcher.poll_once().actions == {}
+
+
 def test_a_job_requeued_and_running_elsewhere_is_told_again_in_its_new_attempt(world):
     fake = world.slurm
     fake.add_job("1", ["pre1"], OPTED)

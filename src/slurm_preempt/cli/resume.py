@@ -115,6 +115,42 @@ def requeue(checkpoint_dir):
 
 
 @group.command()
+@click.option(
+    "--min-nodes", required=True, type=click.IntRange(min=1), help="The job's MIN of --nodes=MIN-MAX."
+)
+@click.option(
+    "--wait-steps",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to wait for the job's steps to end first.",
+)
+@json_option
+def shrink(min_nodes, wait_steps, as_json):
+    """Go on without the nodes that leave: give them back to Slurm, keep the others (same attempt).
+
+    For the batch script of a --nodes=MIN-MAX job, once its step has ended after a notice. Exit 0: the
+    job shrank; prints the export/unset lines of its new environment (eval them). Exit 1: it did not
+    (the batch host leaves, fewer than MIN would stay, --stepmgr, Slurm refused, a second drain came):
+    prints why in one line; requeue the job then.
+
+    \b
+    Example (in a job script, after the command exited on a notice):
+      out=$(slurm-preempt resume shrink --min-nodes 2 --wait-steps 30) && eval "$out" || echo "$out"
+    """
+    from slurm_preempt.job.shrink import shrink_in_place
+
+    outcome = shrink_in_place(min_nodes, wait_steps)
+    if as_json:
+        echo_json(
+            {"shrunk": outcome.shrunk, "why_not": outcome.why_not, "lines": outcome.lines, **outcome.event}
+        )
+    else:
+        click.echo("\n".join(outcome.lines) if outcome.shrunk else outcome.why_not)
+    raise SystemExit(0 if outcome.shrunk else 1)
+
+
+@group.command()
 @required_dir_option
 @click.option("--step", required=True, type=click.IntRange(min=0), help="The step this state belongs to.")
 @click.option(

@@ -33,6 +33,11 @@ ENV_CHECKPOINT_INTERVAL = "SLURM_PREEMPT_CHECKPOINT_INTERVAL"
 # A notice can land between a program's last step and its exit; the script then must not requeue a job
 # that is done, and only the program knows that it is.
 ENV_DONE_FILE = "SLURM_PREEMPT_DONE_FILE"
+# Exported by the batch script of a job that may shrink in place (``job/shrink.py``), with MIN of its
+# node range: after its final checkpoint the command requeues the job only when the script cannot shrink
+# it; else it exits and the script shrinks the job. The batch script's node, for ranks elsewhere.
+ENV_SCRIPT_DECIDES = "SLURM_PREEMPT_SCRIPT_DECIDES"
+ENV_BATCH_HOST = "SLURM_PREEMPT_BATCH_HOST"
 
 
 def _int(env: Mapping[str, str], *names: str, default: int) -> int:

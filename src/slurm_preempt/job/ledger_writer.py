@@ -58,11 +58,14 @@ class LedgerWriter:
         )
 
     def handled_events(self) -> set[str]:
-        """Notice event ids an earlier attempt already acted on (it requeued for them)."""
+        """Notice event ids already acted on: an earlier attempt requeued for them, or this attempt
+        shrank for them and runs its command again."""
         if self.state_dir is None or not self.job_id:
             return set()
         try:
             events = ledger.events(self.state_dir, self.job_id)
         except (OSError, ValueError):
             return set()
-        return {e["event_id"] for e in events if e.get("kind") == "requeued" and e.get("event_id")}
+        return {
+            e["event_id"] for e in events if e.get("kind") in ("requeued", "shrunk") and e.get("event_id")
+        }

@@ -38,7 +38,12 @@ from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.adaptive import AdaptiveInterval, from_environment, is_auto
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.commit import Owner
-from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, JobEnv, fresh_notice
+from slurm_preempt.job.environment import (
+    ENV_CHECKPOINT_DIR,
+    ENV_SCRIPT_DECIDES,
+    JobEnv,
+    fresh_notice,
+)
 from slurm_preempt.job.formats import Format, PickleFormat, ShardedFormat
 from slurm_preempt.job.ledger_writer import LedgerWriter
 from slurm_preempt.job.pacing import Pacer
@@ -428,6 +433,14 @@ class Run:
                 "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self._step, exit_code
             )
             sys.exit(exit_code)
+        if os.environ.get(ENV_SCRIPT_DECIDES):
+            from slurm_preempt.job.shrink import would_shrink
+
+            decision = would_shrink()
+            if decision.shrink:  # the batch script goes on without the leaving nodes (job/shrink.py)
+                log.info("final checkpoint at step %d saved: the job script shrinks the job", self._step)
+                sys.exit(exit_code)
+            log.info("requeue, not shrink: %s", decision.why_not)
         from slurm_preempt.job.requeue import fallback_exit, requeue_self
 
         outcome = requeue_self(self._env, self._ledger, step=self._step, events=self._current_event())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from slurm_preempt.notice import to_text
+from slurm_preempt.records.shrinks import Shrink
 
 # sacct state -> (cause label, counts as a preemption)
 ACCT_CAUSES = {
@@ -58,6 +59,7 @@ class Attempt:
     node_epilogs: dict[str, datetime] = field(default_factory=dict)  # node -> when its epilog ran
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
     controller_ended: bool = False  # EpilogSlurmctld recorded its end (once per attempt)
+    shrinks: list[Shrink] = field(default_factory=list)  # nodes given back inside this attempt
 
     @property
     def preempted(self) -> bool:
@@ -109,6 +111,7 @@ class Attempt:
             "lost_seconds": round(self.lost_seconds, 1),
             "wait_before_seconds": None if self.wait_before is None else round(self.wait_before, 1),
             "source": self.source,
+            "shrinks": [shrink.to_json() for shrink in self.shrinks],
         }
 
 
@@ -131,6 +134,10 @@ class JobHistory:
     def lost_seconds(self) -> float:
         return sum(a.lost_seconds for a in self.attempts)
 
+    @property
+    def shrink_seconds(self) -> float:
+        return sum(s.cost_seconds for a in self.attempts for s in a.shrinks)
+
     def to_json(self) -> dict:
         return {
             "job_id": self.job_id,
@@ -144,6 +151,7 @@ class JobHistory:
             "ignored_events": self.ignored_events,
             "events_by": self.events_by,
             "lost_seconds": round(self.lost_seconds, 1),
+            "shrink_seconds": round(self.shrink_seconds, 1),
             "attempts": [a.to_json() for a in self.attempts],
         }
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text
+from slurm_preempt.records import shrinks
 from slurm_preempt.records.attempts import ACCT_CAUSES, ENDED_ZERO, Attempt, JobHistory, seconds_text
 from slurm_preempt.records.leadtime import NOTICE_SOURCES
 from slurm_preempt.slurm.parse import expand_nodes
@@ -183,7 +184,7 @@ def _apply_hook_event(history: JobHistory, by_number: dict[int, Attempt], event:
 
 def _merge_acct(history: JobHistory, attempts: list[Attempt], rows: list[AcctRecord]) -> list[Attempt]:
     """sacct -D rows are the attempts in order; pair them with ledger attempts by start time."""
-    started = sorted(((r.start, r) for r in rows if r.start is not None), key=lambda pair: pair[0])
+    started = shrinks.fold_resizes(rows)
     merged = []
     unmatched = list(attempts)
     for index, (start, row) in enumerate(started):
@@ -227,10 +228,20 @@ def _pair(attempts: list[Attempt], index: int, start: datetime) -> Attempt | Non
 
 def _apply_job_event(history: JobHistory, attempts: list[Attempt], event: dict) -> None:
     kind, moment = event["kind"], _time(event)
-    if moment is None or kind not in ("notice_sent", "checkpoint_saved", "requeued", "checkpoint_interval"):
+    if moment is None or kind not in (
+        "notice_sent",
+        "checkpoint_saved",
+        "requeued",
+        "shrunk",
+        "resumed_from",
+        "checkpoint_interval",
+    ):
         return
     attempt = _attempt_at(attempts, moment)
     if attempt is None:
+        return
+    if kind in ("shrunk", "resumed_from"):
+        shrinks.apply(attempt, event, moment)
         return
     if kind == "notice_sent":
         drain = str(event.get("event_id", "")).partition("@")[2]
@@ -407,6 +418,7 @@ def history_text(history: JobHistory) -> str:
         )
         if a.intervals:
             lines.append("  checkpoint interval " + " -> ".join(f"{s:.0f} s" for s in a.intervals))
+        lines += [f"  {shrinks.text(shrink, _clock)}" for shrink in a.shrinks]
         if a.wait_before is not None:
             lines.append(f"  waited {_span(a.wait_before)} before it started")
     lines += [f"moved: {move}" for move in history.moves]

@@ -45,6 +45,8 @@ class JobCost:
     lost_node_hours: float = 0.0
     assumed_discount: float | None = None  # no price for this job's unit: compared in node-hours
     events_by: dict[str, int] = field(default_factory=dict)  # its believed events by writer (history)
+    shrinks: int = 0  # nodes given back inside an attempt (job/shrink.py): no requeue
+    shrink_seconds: float = 0.0  # idle time they cost: final checkpoint -> running again
 
     @property
     def useful_hours(self) -> float:
@@ -86,6 +88,8 @@ class JobCost:
             "interval_advice": self.interval_advice,
             "verdict": self.verdict,
             "events_by": self.events_by,
+            "shrinks": self.shrinks,
+            "shrink_seconds": round(self.shrink_seconds, 1),
         }
 
 
@@ -123,6 +127,8 @@ def job_cost(history: JobHistory, prices: Prices) -> JobCost:
         node_hours=sum(a.run_seconds * nodes(a) for a in ended) / 3600,
         lost_node_hours=sum(a.lost_seconds * nodes(a) for a in ended) / 3600,
         events_by=dict(history.events_by),
+        shrinks=sum(len(a.shrinks) for a in history.attempts),
+        shrink_seconds=history.shrink_seconds,
     )
     pre, on_demand = prices.for_unit(unit)
     if pre is not None and on_demand is not None:
@@ -391,6 +397,8 @@ def _jobs_text(report: Report) -> str:
         lines.append(f"job {j.job_id}: {j.verdict}")
         if j.events_by.get("owner"):  # the job's owner's say-so counts in its figures: say so
             lines.append(f"  {j.events_by['owner']} of its events written by the job's owner, not root")
+        if j.shrinks:
+            lines.append(f"  shrank in place {j.shrinks} time(s), no requeue: idle {j.shrink_seconds:.1f}s")
         advice = j.interval_advice
         if advice:
             lines.append(

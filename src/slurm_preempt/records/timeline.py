@@ -191,6 +191,10 @@ def _tooltip(attempt: Attempt) -> str:
     return (
         f"attempt {attempt.number} on {','.join(attempt.nodes)}: ran {seconds_text(attempt.run_seconds)}, "
         f"{attempt.cause}, lost {seconds_text(attempt.lost_seconds)}"
+        + "".join(
+            f"; shrank {s.nodes_before} -> {s.nodes_after} (idle {seconds_text(s.cost_seconds)})"
+            for s in attempt.shrinks
+        )
     )
 
 

@@ -209,18 +209,20 @@ class Drill:
             log.info("T+%-6.1f %s back", event.revived_at - event.drain_at, ",".join(event.nodes))
 
     def _observe(self, now: float) -> None:
-        watches = [w for e in self.events for w in e.jobs.values() if w.running_again_at is None]
+        watches = [(e, w) for e in self.events for w in e.jobs.values() if w.running_again_at is None]
         if not watches:
             return
-        ids = sorted({w.job_id for w in watches})
+        ids = sorted({w.job_id for _e, w in watches})
         try:
             current = {j.job_id: j for j in self.slurm.jobs(job_ids=ids, states="all")}
         except SlurmError as exc:
             log.warning("squeue failed, retrying: %s", exc)
             return
-        for watch in watches:
+        for event, watch in watches:
             job = current.get(watch.job_id)
-            moved = job is None or not job.running or job.restart_count > watch.restarts_before
+            # A job that shrank in place (job/shrink.py) runs on in the same attempt without the nodes.
+            shrunk = job is not None and job.running and not set(job.nodes) & set(event.nodes)
+            moved = job is None or not job.running or job.restart_count > watch.restarts_before or shrunk
             if watch.left_at is None and moved:
                 watch.left_at = now
             if job is None:
@@ -228,7 +230,7 @@ class Drill:
                 continue
             if watch.requeued_at is None and job.restart_count > watch.restarts_before:
                 watch.requeued_at = now
-            if job.running and job.restart_count > watch.restarts_before:
+            if shrunk or (job.running and job.restart_count > watch.restarts_before):
                 watch.running_again_at, watch.where = now, job.nodes
                 log.info("job %s running again on %s", job.job_id, ",".join(job.nodes))
             elif job.state not in ("RUNNING", "PENDING", "COMPLETING", "REQUEUED", "CONFIGURING"):

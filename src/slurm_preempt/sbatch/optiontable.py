@@ -230,6 +230,15 @@ OPTIONS: tuple[Option, ...] = (
         details="Opt-in token `fast-restart=0`; in the config `fast_restart = false`.",
     ),
     Option(
+        "shrink",
+        "With --nodes=MIN-MAX, requeue at a partial drain instead of going on without the leaving nodes.",
+        kind=OFF,
+        default=True,
+        details="By default a job with a node range whose leaving nodes spare its batch host and at least "
+        "MIN others takes its final checkpoint, gives those nodes back (`scontrol update NodeList=`) and "
+        "starts its command again on the others in the same attempt (docs/resume.md, Elastic in place).",
+    ),
+    Option(
         "timelimit_notice",
         "Treat the time limit as a preemption, warned this early.",
         "SECONDS",

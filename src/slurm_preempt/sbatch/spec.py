@@ -83,6 +83,7 @@ class JobSpec:
     resume_flags: list[str] = field(default_factory=list)
     sidecar: bool = False
     lightning: bool = False  # the command under srun, the notice forwarded as Lightning's SIGUSR1
+    shrink: bool = DEFAULTS["shrink"]
     grace: int = DEFAULTS["grace"]
     nproc_per_node: int = 1
     rdzv_port: int = DEFAULTS["rdzv_port"]
@@ -94,6 +95,14 @@ class JobSpec:
     def per_attempt_logs(self) -> bool:
         """One log per attempt (``%r`` in the file name), which Slurm expands from 25.11."""
         return "%r" in self.output and features.has(self.slurm_version, features.RESTART_IN_FILE_NAMES)
+
+    @property
+    def shrink_min_nodes(self) -> int | None:
+        """MIN of ``--nodes=MIN-MAX`` when the job may go on without leaving nodes (job/shrink.py)."""
+        low, _, high = (self.nodes or "").partition("-")
+        if not (self.shrink and high and int(low) < int(high)):
+            return None
+        return int(low)
 
     @property
     def notice_signal(self) -> str | None:
@@ -328,6 +337,7 @@ def _preemption(spec: JobSpec, s: dict) -> None:
                 f"--timelimit-notice {spec.timelimit_notice} s is not shorter than --time {spec.time}"
             )
     spec.sidecar = bool(s.get("sidecar", DEFAULTS["sidecar"]))
+    spec.shrink = bool(s.get("shrink", DEFAULTS["shrink"]))
     spec.grace = positive_int("--grace", s.get("grace", DEFAULTS["grace"]), 1)
 
 

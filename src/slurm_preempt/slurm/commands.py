@@ -181,6 +181,16 @@ class Slurm:
         found = self.jobs(job_ids=[job_id], states="all")
         return next((j for j in found if j.job_id == str(job_id)), found[0] if found else None)
 
+    def steps(self, job_id: str) -> list[str]:
+        """The job's numbered steps still known to the controller (``J.0``, ...; not batch, extern or
+        interactive), in one ``squeue -s`` call."""
+        try:
+            out = self.run(["squeue", "-h", "-s", "-j", _job_names([job_id])[0], "-o", "%i"])
+        except JobGoneError:
+            return []
+        words = (line.strip() for line in out.splitlines())
+        return [w for w in words if w.rpartition(".")[2].isdigit()]
+
     def accounting(self, job_ids: Iterable[str] | None = None, **filters: str) -> list[AcctRecord]:
         """Every attempt of the jobs (``sacct -D``): requeued attempts included."""
         argv = ["sacct", "-n", "-P", "-X", "-D", "--format=" + ",".join(sacct.ACCT_FIELDS)]

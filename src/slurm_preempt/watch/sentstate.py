@@ -39,7 +39,7 @@ of polls.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
@@ -267,10 +267,15 @@ class SentState:
     def nodes_told(self, job_id: str) -> set[str]:
         return set(self._nodes_of.get(job_id, ()))
 
-    def telling(self, job_id: str, attempt: int) -> Telling | None:
-        """The earliest deadline this job was told in ``attempt``, while that event is still open."""
+    def telling(self, job_id: str, attempt: int, holding: Iterable[str] | None = None) -> Telling | None:
+        """The earliest deadline this job was told in ``attempt``, while that event is still open and,
+        given ``holding`` (the job's nodes now), the job still holds its node: a job that shrank away
+        from the node it was told of (job/shrink.py) is told again when one of the others drains."""
         found = []
+        kept = None if holding is None else set(holding)
         for node in self._nodes_of.get(job_id, ()):
+            if kept is not None and node not in kept:
+                continue
             told = self._told[(job_id, node)]
             if (told.notice is None and told.signal is None) or told.deadline is None:
                 continue

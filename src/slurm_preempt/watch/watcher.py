@@ -282,7 +282,7 @@ class Watcher:
         if not new:
             return []
         first, rest = new[0], new[1:]
-        told = self.sent.telling(job.job_id, job.restart_count)
+        told = self.sent.telling(job.job_id, job.restart_count, job.nodes)
         if told is not None and told.event_id == _event_id(first):
             told = None  # the same event, something of it to retry: tell_many skips what was done
         if told is not None and _deadline(first) >= told.deadline:
