@@ -28,7 +28,7 @@ def payload(step: int, version: int) -> dict:
 
 
 def version_of(found) -> tuple[int, int]:
-    step, version = found.load()["tag.txt"].decode().split(":")
+    step, version = bytes(found.load()["tag.txt"]).decode().split(":")  # a read-only view
     return int(step), int(version)
 
 

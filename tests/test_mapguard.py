@@ -6,6 +6,7 @@ run), which has a second process change the file, then reads every byte it resto
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -94,15 +95,19 @@ def test_a_file_open_for_writing_elsewhere_is_read_as_a_copy(tmp_path):
 
 
 def test_a_lease_is_let_go_once_nothing_maps_the_file(tmp_path):
+    # Leases are per process: views restored by earlier tests (a failed test's traceback keeps its
+    # frames) may still hold theirs, so count this test's lease from what was held before it.
+    gc.collect()
+    before = mapguard.held()
     CheckpointStore(tmp_path).save(1, os.urandom(1 << 20))
     _found, state = CheckpointStore(tmp_path).restore()
     assert mapguard.held() >= 1
     state.release()
     del state
     deadline = time.monotonic() + 30
-    while mapguard.held() and time.monotonic() < deadline:
+    while mapguard.held() > before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert mapguard.held() == 0
+    assert mapguard.held() <= before
 
 
 def test_writable_restores_are_copies(tmp_path):

@@ -315,7 +315,9 @@ def test_sigkill_of_a_rank_mid_dcp_save_never_splits_the_ranks(tmp_path):
     rng = random.Random(99)
     world, interrupted = 2, 0
     for trial in range(12):
-        for name in ("gloo-kill", *(f"saved-{r}" for r in range(world))):
+        # A rank that outlived its killed peer by a moment wrote error-N ("Connection reset"): not this
+        # trial's failure, so each trial starts without the last one's files.
+        for name in ("gloo-kill", *(f"{kind}-{r}" for kind in ("saved", "error") for r in range(world))):
             (tmp_path / name).unlink(missing_ok=True)
         procs = [
             FORK.Process(target=_child, args=(_dcp_save_forever, r, world, str(tmp_path)))
