@@ -132,3 +132,13 @@ def _signal_handlers_left_as_found():
             left[name] = now
             signal.signal(getattr(signal, name), handler)
     assert not left, f"the test left signal handlers behind: {left}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """multiprocessing joins every child it started when the interpreter exits: one left running by a
+    failed test would hang the session after its summary (it did, in CI). None may outlive the run."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(10)

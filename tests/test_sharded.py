@@ -12,6 +12,8 @@ import random
 import signal
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,15 +27,31 @@ from slurm_preempt.job.sharded import KIND, ShardedStore, objects_loader, object
 FORK = multiprocessing.get_context("fork")
 
 
+@contextmanager
+def _started(procs: list) -> Iterator[list]:
+    """Start the ranks; whatever happens in the test, none outlives it (multiprocessing joins every
+    child at exit, so a rank saving forever after a failed assertion would hang the whole session)."""
+    try:
+        for proc in procs:
+            proc.start()
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+            if proc.pid is not None:
+                proc.join()
+
+
 def _ranks(world: int, target, *args, timeout: float = 60.0) -> list[dict]:
     """Run ``target(rank, world, *args)`` in ``world`` forked processes; their JSON results by rank."""
     out = Path(args[0])
-    procs = [FORK.Process(target=_child, args=(target, r, world, *args)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout)
-        assert proc.exitcode == 0, (out / f"error-{procs.index(proc)}").read_text()
+    with _started(
+        [FORK.Process(target=_child, args=(target, r, world, *args)) for r in range(world)]
+    ) as procs:
+        for proc in procs:
+            proc.join(timeout)
+            assert proc.exitcode == 0, (out / f"error-{procs.index(proc)}").read_text()
     return [json.loads((out / f"result-{r}.json").read_text()) for r in range(world)]
 
 
@@ -185,21 +203,18 @@ def _one_kill_trial(work: Path, rng: random.Random, trial: int) -> bool:
     for name in (*(f"saved-{r}" for r in range(world)), *(f"error-{r}" for r in range(world))):
         (work / name).unlink(missing_ok=True)
     args = (str(work), f"meet-kill-{trial}")
-    procs = [FORK.Process(target=_child, args=(_save_forever, r, world, *args)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    # Half the kills strike once a save has completed in this trial, so saves complete however slow the
-    # machine is; the other half anywhere from start-up on.
-    if rng.random() < 0.5:
-        _wait_for_a_save(work, 0, procs)
-    time.sleep(rng.uniform(0.05, 0.4))  # a moment anywhere in the saving loop
-    victim = rng.randrange(world)
-    os.kill(procs[victim].pid, signal.SIGKILL)
-    time.sleep(rng.uniform(0, 0.05))
-    for proc in procs:  # the job dies: the others go too, each at its own moment
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
+    with _started(
+        [FORK.Process(target=_child, args=(_save_forever, r, world, *args)) for r in range(world)]
+    ) as procs:
+        # Half the kills strike once a save has completed in this trial, so saves complete however slow
+        # the machine is; the other half anywhere from start-up on.
+        if rng.random() < 0.5:
+            _wait_for_a_save(work, 0, procs)
+        time.sleep(rng.uniform(0.05, 0.4))  # a moment anywhere in the saving loop
+        victim = rng.randrange(world)
+        os.kill(procs[victim].pid, signal.SIGKILL)
+        time.sleep(rng.uniform(0, 0.05))
+        # (leaving the block kills the others too, each at its own moment: the job dies)
     mid_save = any(n.startswith(".tmp-sharded_") for n in os.listdir(work / "ckpt"))
     meet = f"meet-restore-{trial}"
     results = _ranks(world, _restore, str(work), meet)
@@ -319,20 +334,15 @@ def test_sigkill_of_a_rank_mid_dcp_save_never_splits_the_ranks(tmp_path):
         # trial's failure, so each trial starts without the last one's files.
         for name in ("gloo-kill", *(f"{kind}-{r}" for kind in ("saved", "error") for r in range(world))):
             (tmp_path / name).unlink(missing_ok=True)
-        procs = [
+        ranks = [
             FORK.Process(target=_child, args=(_dcp_save_forever, r, world, str(tmp_path)))
             for r in range(world)
         ]
-        for proc in procs:
-            proc.start()
-        _wait_for_a_save(tmp_path, 0, procs)  # let a save or two complete, then strike
-        time.sleep(rng.uniform(0, 0.3))
-        os.kill(procs[rng.randrange(world)].pid, signal.SIGKILL)
-        time.sleep(rng.uniform(0, 0.05))
-        for proc in procs:
-            if proc.is_alive():
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.join()
+        with _started(ranks) as procs:
+            _wait_for_a_save(tmp_path, 0, procs)  # let a save or two complete, then strike
+            time.sleep(rng.uniform(0, 0.3))
+            os.kill(procs[rng.randrange(world)].pid, signal.SIGKILL)
+            time.sleep(rng.uniform(0, 0.05))
         interrupted += any(n.startswith(".tmp-sharded_") for n in os.listdir(tmp_path / "ckpt"))
         results = _ranks(world, _dcp_restore, str(tmp_path), f"gloo-restore-{trial}")
         assert len({r["step"] for r in results}) == 1 and results[0]["step"] is not None, results
