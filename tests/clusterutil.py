@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -53,9 +54,11 @@ def slurm_problem() -> str | None:
 HUNG_AFTER = 180.0
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
+def wait_for(
+    predicate, timeout: float = 30.0, interval: float = 0.2, what: str = "condition", log: Path | None = None
+):
     """Poll until ``predicate()`` returns something truthy; return it, or fail once ``timeout`` (at
-    least HUNG_AFTER) seconds have passed."""
+    least HUNG_AFTER) seconds have passed, quoting the end of ``log`` (a job's output) if given."""
     timeout = max(timeout, HUNG_AFTER)
     deadline = time.monotonic() + timeout
     while True:
@@ -63,7 +66,10 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2, what: str 
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            tail = ""
+            if log is not None:
+                tail = "\n" + (log.read_text(errors="replace")[-3000:] if log.exists() else f"({log} absent)")
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{tail}")
         time.sleep(interval)
 
 
@@ -197,6 +203,20 @@ class ClusterHandle:
 
 
 SP = str(Path(sys.executable).parent / "slurm-preempt")
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def python_for_user(user: str) -> tuple[str, str]:
+    """An interpreter `user` may run, and the PYTHONPATH that finds slurm-preempt and its packages
+    (this venv's interpreter may live under /root, which other users cannot enter)."""
+    paths = [str(SRC), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        probe = [runuser, "-u", user, "--", candidate, "-c", "import click"]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths)}
+        if subprocess.run(probe, env=env, capture_output=True, check=False).returncode == 0:
+            return candidate, os.pathsep.join(paths)
+    raise AssertionError(f"no Python that {user} may run finds slurm-preempt's packages")
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import wait_for, wait_signal_age
+from clusterutil import python_for_user, wait_for, wait_signal_age
 from hostileusers import ALICE, MALLORY, ensure_user
 from slurm_preempt.notice import read_notice
 from slurm_preempt.slurm import parse
@@ -31,7 +31,9 @@ def _sbatch(user: str, node: str, *args: str) -> str:
     argv = ["runuser", "-u", user, "--", "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null",
             f"--nodelist={node}", *args, "--wrap", RECORD]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, check=True)
-    return done.stdout.decode().strip().split(";")[0]
+    job_id = done.stdout.decode().strip().split(";")[0]
+    Path(f"/tmp/sp-hostile-{job_id}").unlink(missing_ok=True)  # an earlier cluster's job of that id
+    return job_id
 
 
 def _forged(job_id: str, node: str, user: str = ALICE) -> str:
@@ -149,12 +151,14 @@ def test_a_flooded_folder_a_fifo_notice_and_a_planted_sender_steer_nothing(clean
 
 def _shrink_as_mallory(job_id: str, batch_host: str, notice: Path) -> tuple[int, dict]:
     """`slurm-preempt resume shrink` run by sp-mallory with an environment she made up."""
-    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": batch_host,
+    python, pythonpath = python_for_user(MALLORY)  # this venv's interpreter may sit under /root
+    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": batch_host, "PYTHONPATH": pythonpath,
            "SLURM_PREEMPT_NOTICE": str(notice), "SLURM_PREEMPT_STATE_DIR": "/nonexistent"}  # fmt: skip
-    argv = ["runuser", "-u", MALLORY, "--", sys.executable, "-m", "slurm_preempt", "resume", "shrink",
+    argv = ["runuser", "-u", MALLORY, "--", python, "-m", "slurm_preempt", "resume", "shrink",
             "--min-nodes", "1", "--json"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, env=env, cwd="/tmp", timeout=120, check=False)
     assert b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    assert done.stdout, done.stderr.decode(errors="replace")[-2000:]
     return done.returncode, json.loads(done.stdout)
 
 

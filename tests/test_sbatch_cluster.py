@@ -472,14 +472,15 @@ def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     total = 120
     options = ["--job-name", "plain-lightning", "--lightning", "--nodes", str(nodes), "--output",
                str(tmp_path / "job.log"), "--time", "10:00"]  # fmt: skip
-    if nodes > 1:  # Lightning's DDP address is the first node's name, which does not resolve here
-        options += ["--env", "MASTER_ADDR=127.0.0.1"]
+    if nodes > 1:  # Lightning's DDP address is the first node's name, which does not resolve here; its
+        # port comes from the job id's last digits, which a cluster beside this one may be using too
+        options += ["--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]
     command = [sys.executable, str(script), str(tmp_path / "root"), str(steps_log), str(total), str(nodes)]
     with running_watcher(cl, tmp_path / "watch.log", 60.0):
         job_id = submit_generated(cl, work, options, command)
         job = cl.wait_state(job_id, "RUNNING", 60)
         wait_for(lambda: steps_log.exists() and len(steps_log.read_text().split()) >= 20, 180, 0.5,
-                 what="20 steps done")  # fmt: skip
+                 what="20 steps done", log=tmp_path / "job.log")  # fmt: skip
         cl.slurm.drain(job.nodes, "TogetherPreemptionNotified: lightning drill")
         wait_for(lambda: (j := cl.job(job_id)) and j.restart_count == 1 and j.state == "RUNNING", 120,
                  what="the job running again")  # fmt: skip

@@ -10,22 +10,19 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
-import sysconfig
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from clusterutil import wait_for
+from clusterutil import python_for_user, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.config import DEFAULT_STATE_DIR
 from slurm_preempt.notice import notice_path, read_notice
 
 USER = "spwatch"
 REASON = "TogetherPreemptionNotified: user watcher test"
-SRC = Path(__file__).resolve().parents[1] / "src"
 RUNUSER = shutil.which("runuser") or "/usr/sbin/runuser"
 
 
@@ -35,18 +32,6 @@ def _ensure_user() -> pwd.struct_passwd:
     except KeyError:
         subprocess.run(["useradd", "-M", "-s", "/bin/sh", USER], check=True)
         return pwd.getpwnam(USER)
-
-
-def _python_for(user: str) -> tuple[str, str]:
-    """An interpreter the user may run, and the PYTHONPATH that finds slurm-preempt and its packages
-    (this venv's interpreter may live under /root, which the user cannot enter)."""
-    paths = [str(SRC), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        probe = [RUNUSER, "-u", user, "--", candidate, "-c", "import click"]
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(paths)}
-        if subprocess.run(probe, env=env, capture_output=True, check=False).returncode == 0:
-            return candidate, os.pathsep.join(paths)
-    pytest.fail(f"no Python that {user} may run finds slurm-preempt's packages")
 
 
 @pytest.fixture
@@ -65,7 +50,7 @@ def home():
 
 
 def _as_user(home: Path, *argv: str, **popen) -> subprocess.Popen:
-    python, pythonpath = _python_for(USER)
+    python, pythonpath = python_for_user(USER)
     env = {
         "HOME": str(home),
         "PATH": os.environ["PATH"],

@@ -142,7 +142,11 @@ def _start(spec: ClusterSpec, timeout: float) -> ClusterState:
     _prepare_dirs(spec)
     d = spec.directory
     runtime.prepare_clients(d)
-    first_job_id = 1000 + int(time.time() // 2) % 30_000_000
+    # Clusters started side by side (one per release) must not hand out the same job ids: files keyed
+    # by job id in shared folders (/tmp) would be one job's in one cluster and another's in the next.
+    # Each port gets its own band of ids below Slurm's default MaxJobId (67,043,328); the band's width is
+    # no multiple of 10,000, so neighbours' ids differ in their last digits too (Lightning's DDP port).
+    first_job_id = 1000 + (spec.port % 1000) * 60_007 + int(time.time() // 2) % 60_000
     write_atomic(spec.conf_path, render_conf(spec, first_job_id, runtime.conf_lines()))
     if spec.hooks:  # the same code path as `slurm-preempt hooks install`
         hooks.install(d / "etc", spec.state_dir)
@@ -301,22 +305,35 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
     return killed
 
 
-def revive_node(state: ClusterState, name: str, timeout: float = 30.0) -> None:
+def revive_node(state: ClusterState, name: str, timeout: float = 60.0) -> None:
     """Bring a removed node back: start its slurmd again and resume it."""
     # Re-read cluster.json: another holder of a ClusterState (the drill, a test) may have restarted
     # slurmds since this copy was loaded, and a stale copy would start a second slurmd for the node.
     state = load_state(state.spec.directory) or state
     if name not in state.spec.node_names:
         raise UsageError(f"no node {name} in this cluster")
-    role = f"slurmd:{name}"
-    current = next((p for p in state.processes if p.role == role), None)
-    if current is None or not current.alive:
+    starts = [0]
+
+    def ensure_slurmd() -> None:
+        role = f"slurmd:{name}"
+        current = next((p for p in state.processes if p.role == role), None)
+        if current is not None and current.alive:
+            return
+        if starts[0]:  # it died on start: say why (its output's end), then start it again, as systemd would
+            out = state.spec.directory / "log" / f"slurmd-{name}.out"
+            tail = out.read_text(errors="replace").splitlines()[-3:] if out.exists() else []
+            log.warning("slurmd %s exited on start (%s); starting it again", name, " | ".join(tail))
+        starts[0] += 1
         state.processes = [p for p in state.processes if p.role != role]
         state.processes.append(_start_slurmd(state, name, _daemon_env(state.spec)))
         save_state(state)
+
+    ensure_slurmd()
     slurm = state.slurm(timeout=30)
 
     def back() -> bool:
+        if starts[0] < 4:
+            ensure_slurmd()
         node = next(iter(slurm.nodes([name])), None)
         if node is not None and node.available:
             return True
