@@ -10,11 +10,13 @@ pulls in ClusterShell) is imported only when a requeue is actually asked for.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from slurm_preempt.job.environment import JobEnv, requeue_id
+from slurm_preempt.job.environment import ENV_SCRIPT_DECIDES, JobEnv, requeue_id
 from slurm_preempt.job.ledger_writer import LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,37 @@ def requeue_self(env: JobEnv, ledger: LedgerWriter, step: int | None = None, eve
         how="scontrol requeue",
     )
     return Outcome(True, f"job {env.job_id} requeued (attempt {env.restart_count + 1} ends)")
+
+
+def leave(
+    env: JobEnv,
+    ledger: LedgerWriter,
+    *,
+    step: int,
+    events: Iterable[str],
+    exit_code: int,
+    requeue_exit_code: int | None,
+    seconds_left: Callable[[], float | None],
+) -> None:
+    """The writer rank's way out after its final checkpoint at ``step``: exit at once outside Slurm or
+    when the job script shrinks the job (``job/shrink.py``), else requeue and exit ``exit_code``, else
+    ``fallback_exit``. Raises SystemExit only."""
+    if not env.job_id:
+        log.info("not inside a Slurm job: final checkpoint at step %d saved, exiting %d", step, exit_code)
+        sys.exit(exit_code)
+    if os.environ.get(ENV_SCRIPT_DECIDES):
+        from slurm_preempt.job.shrink import would_shrink
+
+        decision = would_shrink()
+        if decision.shrink:  # the batch script goes on without the leaving nodes
+            log.info("final checkpoint at step %d saved: the job script shrinks the job", step)
+            sys.exit(exit_code)
+        log.info("requeue, not shrink: %s", decision.why_not)
+    outcome = requeue_self(env, ledger, step=step, events=events)
+    if outcome.ok:
+        log.info("%s", outcome.message)
+        sys.exit(exit_code)
+    fallback_exit(outcome.message, requeue_exit_code, seconds_left())
 
 
 # When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.

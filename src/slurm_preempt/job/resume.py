@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +38,14 @@ from slurm_preempt.job import settings as job_settings
 from slurm_preempt.job.adaptive import AdaptiveInterval, from_environment, is_auto
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.commit import Owner
-from slurm_preempt.job.environment import (
-    ENV_CHECKPOINT_DIR,
-    ENV_SCRIPT_DECIDES,
-    JobEnv,
-    fresh_notice,
-)
+from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, JobEnv
 from slurm_preempt.job.formats import Format, PickleFormat, ShardedFormat
 from slurm_preempt.job.ledger_writer import LedgerWriter
+from slurm_preempt.job.noticewatch import NoticeWatch
 from slurm_preempt.job.pacing import Pacer
 from slurm_preempt.job.sharded import KIND as SHARDED
 from slurm_preempt.job.sharded import ShardedStore, Writer
-from slurm_preempt.job.signal_flag import SignalFlag
 from slurm_preempt.notice import Notice
-from slurm_preempt.notice import deadline as deadline_of
 from slurm_preempt.records.leadtime import checkpoint_warning
 
 log = logging.getLogger(__name__)
@@ -130,13 +124,18 @@ class Run:
         self._restored: Checkpoint | None = None
         self._last_save = self._clock()
         self._save_seconds: float | None = None  # how long the last recorded checkpoint took
-        self._signals = SignalFlag(heard=self._reread_notice)
+        self._handled_events: set[str] = self._ledger.handled_events()
+        self._watch = NoticeWatch(
+            self._env,
+            self._handled_events,
+            notice_poll=self._settings.notice_poll,
+            deadline_after_signal=self._settings.deadline_after_signal,
+            clock=self._clock,
+        )
+        self._signals = self._watch.signals
         self._stopping = False  # all ranks agreed: take the final checkpoint now
         self._final_saved = False
-        self._handled_events: set[str] = self._ledger.handled_events()
-        self._notice: Notice | None = None
         self._recorded_path: Path | None = None  # the last checkpoint written to the ledger
-        self._notice_checked = float("-inf")
         if wiring.install_signals:
             self._signals.install(self._settings.signals)
 
@@ -214,7 +213,7 @@ class Run:
         callback, whose trainer loads the checkpoint itself, calls it after choosing one)."""
         self._restored, self._step = found, found.step
         self._handled_events.update(found.meta.get("handled_events", []))
-        self._reread_notice()  # with the handled events known
+        self._watch.reread()  # with the handled events known
         if self._writer:
             self._say_resumed(found)
 
@@ -254,39 +253,21 @@ class Run:
     @property
     def notice(self) -> Notice | None:
         """The current notice for this attempt (stale ones from earlier attempts are ignored)."""
-        now = self._clock()
-        if now - self._notice_checked >= self._settings.notice_poll:
-            self._notice_checked = now
-            self._notice = self._fresh_notice()
-        return self._notice
-
-    def _fresh_notice(self) -> Notice | None:
-        return fresh_notice(self._env, self._handled_events)
-
-    def _reread_notice(self) -> None:
-        # Called from the signal handler too: a flag only (no I/O, no checkpoint, which hangs under
-        # NCCL/DDP); the notice file is read again at the next step boundary.
-        self._notice_checked = float("-inf")
+        return self._watch.notice
 
     @property
     def notified(self) -> bool:
         """This rank has seen a signal or a notice (not yet agreed with the other ranks)."""
-        return self._signals.at is not None or self.notice is not None
+        return self._watch.notified
 
     @property
     def deadline(self) -> datetime | None:
-        notice = self.notice
-        if notice is not None:
-            return notice.deadline
-        if self._signals.at is not None:
-            signalled = datetime.fromtimestamp(self._signals.at, timezone.utc)
-            return deadline_of(signalled, self._settings.deadline_after_signal)
-        return None
+        """The notice's deadline (drain time + grace), else the signal's time + ``deadline_after_signal``."""
+        return self._watch.deadline
 
     @property
     def seconds_left(self) -> float | None:
-        deadline = self.deadline
-        return None if deadline is None else (deadline - datetime.now(timezone.utc)).total_seconds()
+        return self._watch.seconds_left
 
     # ------------------------------------------------------------------------------------ saving
 
@@ -308,7 +289,7 @@ class Run:
             when = f"{left:.0f} s left" if left is not None else "no deadline known"
             log.info(
                 "%spreemption notice (%s): final checkpoint at step %d, %s",
-                self._rank_prefix(), self._cause(), step, when,
+                self._rank_prefix(), self._watch.cause(), step, when,
             )  # fmt: skip
             self._warn_if_slow()
         return bool(stop or due or every_due)
@@ -324,12 +305,6 @@ class Run:
 
     def _rank_prefix(self) -> str:
         return f"rank {self._agreement.rank}: " if self._agreement.world > 1 else ""
-
-    def _cause(self) -> str:
-        notice = self.notice
-        if notice is not None:
-            return f"node {notice.node}: {notice.reason}" if notice.reason else f"node {notice.node}"
-        return self._signals.name or "another rank"
 
     def save(self, step: int, state: Any, meta: dict | None = None) -> None:
         """Checkpoint ``state`` at ``step`` in the run's format: whole formats on the writer rank only
@@ -402,8 +377,7 @@ class Run:
             self._save_seconds = float(seconds)
 
     def _current_event(self) -> set[str]:
-        notice = self.notice if self._stopping else None
-        return {notice.event_id} if notice is not None and notice.event_id else set()
+        return self._watch.event_acted_on() if self._stopping else set()
 
     def wait(self) -> None:
         """Wait for a background save; raise CheckpointError if it failed."""
@@ -428,26 +402,17 @@ class Run:
         self._signals.ignore()
         if not self._writer:
             sys.exit(exit_code)
-        if not self._env.job_id:
-            log.info(
-                "not inside a Slurm job: final checkpoint at step %d saved, exiting %d", self._step, exit_code
-            )
-            sys.exit(exit_code)
-        if os.environ.get(ENV_SCRIPT_DECIDES):
-            from slurm_preempt.job.shrink import would_shrink
+        from slurm_preempt.job.requeue import leave
 
-            decision = would_shrink()
-            if decision.shrink:  # the batch script goes on without the leaving nodes (job/shrink.py)
-                log.info("final checkpoint at step %d saved: the job script shrinks the job", self._step)
-                sys.exit(exit_code)
-            log.info("requeue, not shrink: %s", decision.why_not)
-        from slurm_preempt.job.requeue import fallback_exit, requeue_self
-
-        outcome = requeue_self(self._env, self._ledger, step=self._step, events=self._current_event())
-        if outcome.ok:
-            log.info("%s", outcome.message)
-            sys.exit(exit_code)
-        fallback_exit(outcome.message, self._settings.requeue_exit_code, self.seconds_left)
+        leave(
+            self._env,
+            self._ledger,
+            step=self._step,
+            events=self._current_event(),
+            exit_code=exit_code,
+            requeue_exit_code=self._settings.requeue_exit_code,
+            seconds_left=lambda: self.seconds_left,
+        )
 
     def close(self, finished: bool = True) -> None:
         """The run is over: wait for a background save, put the signal handlers (and logging) back as
