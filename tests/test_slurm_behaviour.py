@@ -1,7 +1,9 @@
 """The Slurm behaviour slurm-preempt relies on, checked on the release this session runs (--slurm).
 
-Each test states what README's table says for 22.05, 24.11 and 26.05; CI runs them on all three.
-(Parsers and what the hooks see are checked on captured output: test_parse, test_hooks.)
+Each test states what README's table says for 22.05, 24.11, 25.11 and 26.05; CI runs them on all four.
+Where releases differ, the test asks ``slurm/features.py`` which side of the boundary the running
+release is on, so a boundary placed wrongly fails here. (Parsers and what the hooks see are checked on
+captured output: test_parse, test_hooks.)
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import time
 
 import pytest
 
-from clusterutil import release, requeue_second_over, wait_for
+from clusterutil import requeue_second_over, wait_for
 from slurm_preempt.errors import SlurmError
+from slurm_preempt.slurm import features
 
 pytestmark = pytest.mark.cluster
 
@@ -138,7 +141,7 @@ def test_sinfo_version_needs_a_readable_slurm_conf(clean_cluster, tmp_path):
 
 
 def test_percent_r_in_output_names_from_25_11(clean_cluster):
-    """`%r` in --output is the restart count on 26.05 (Slurm 25.11+), a literal elsewhere."""
+    """`%r` in --output is the restart count from Slurm 25.11 (25.11, 26.05), a literal before."""
     cl = clean_cluster
     logs = cl.workdir / "percent-r"
     logs.mkdir()
@@ -150,7 +153,7 @@ def test_percent_r_in_output_names_from_25_11(clean_cluster):
     wait_for(lambda: _started_again(cl, job_id, 1), 30, what="released")
     cl.wait_state(job_id, "COMPLETED", timeout=60)
     names = sorted(p.name for p in logs.iterdir())
-    if release() == "26.05":
+    if features.has(cl.slurm.version(), features.RESTART_IN_FILE_NAMES):
         assert names == [f"log-{job_id}-0.out", f"log-{job_id}-1.out"]
     else:
         assert names == [f"log-{job_id}-%r.out"]
