@@ -97,9 +97,12 @@ def test_a_root_is_built_once_per_tarball(tarball, monkeypatch, tmp_path):
     tarball.write_bytes(b"another tarball")
     rootbuild.ensure(RELEASE, cache=tmp_path)
     assert calls == [info.source_sha256, sourcebuild.sha256(tarball)]
+    monkeypatch.setattr(sourcebuild, "CONFIGURE", (*sourcebuild.CONFIGURE, "--with-something"))
+    rootbuild.ensure(RELEASE, cache=tmp_path)
+    assert len(calls) == 3  # other configure options: built again
     # Without the tarball the root built from it is still used.
     monkeypatch.setenv(sourcebuild.SOURCE_ENV, str(tmp_path / "gone"))
-    assert rootbuild.ensure(RELEASE, cache=tmp_path).source_sha256 == calls[-1]
+    assert rootbuild.ensure(RELEASE, cache=tmp_path).source_sha256 == calls[-1] and len(calls) == 3
     listed = rootbuild.list_roots(tmp_path)
     assert [(r["name"], r["slurm"]) for r in listed] == [(RELEASE.root_name, "25.11.7")]
 

@@ -70,7 +70,7 @@ def up(directory, standard, preemptible, cpus, port, timeout, hooks, accounting,
     With --slurm 24.11 or 26.05 the daemons and jobs run from a Debian trixie or sid root, built the
     first time into /var/cache/slurm-preempt/roots (about a minute) and reused; `testcluster env`
     then puts that release's sinfo, sbatch, scontrol, ... first on PATH. --slurm 25.11, which no Debian
-    suite packages, is compiled once from slurm-25.11.7.tar.xz in a trixie root (~5 min on two cores):
+    suite packages, is compiled once from slurm-25.11.7.tar.xz in a trixie root (6 to 9 min on two cores):
     $SP_SLURM_SOURCE names the tarball, else ../shared/slurm-src or /var/cache/slurm-preempt/src.
 
     \b

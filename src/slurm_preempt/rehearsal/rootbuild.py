@@ -55,6 +55,9 @@ _UNREACHABLE = re.compile(
 )
 
 
+_LISTS = ("libdirs", "clients", "packages", "options")  # the stamp's lists (tuples here)
+
+
 @dataclass(frozen=True)
 class RootInfo:
     """What a built root holds (its stamp file)."""
@@ -70,6 +73,7 @@ class RootInfo:
     mirror: str
     packages: tuple[str, ...] = ()
     source_sha256: str = ""  # the tarball a root built from source was compiled from
+    options: tuple[str, ...] = ()  # and the configure options it was compiled with
 
     @property
     def slurm_version(self) -> str:
@@ -77,11 +81,11 @@ class RootInfo:
         return self.slurm.split("-")[0].split("+")[0]
 
     def to_json(self) -> dict:
-        return {**self.__dict__, **{k: list(getattr(self, k)) for k in ("libdirs", "clients", "packages")}}
+        return {**self.__dict__, **{k: list(getattr(self, k)) for k in _LISTS}}
 
     @classmethod
     def from_json(cls, data: dict) -> RootInfo:
-        lists = {k: tuple(data.get(k, ())) for k in ("libdirs", "clients", "packages")}
+        lists = {k: tuple(data.get(k, ())) for k in _LISTS}
         return cls(**{**data, **lists})
 
 
