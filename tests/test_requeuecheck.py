@@ -25,9 +25,10 @@ def test_before_25_11_the_hold_is_cred_expire(release):
     assert "waits ~121 s" in notes[0].message and "requeue_delay needs Slurm 25.11" in notes[0].message
 
 
-def test_26_05_without_requeue_delay_says_it_could_be_set():
-    [hold, limit] = requeuecheck.findings(_config("26.05"))
-    assert "Slurm 26.05.5" in hold.message and "no requeue_delay" in hold.message
+@pytest.mark.parametrize(("release", "version"), [("25.11", "25.11.7"), ("26.05", "26.05.5")])
+def test_from_25_11_without_requeue_delay_says_it_could_be_set(release, version):
+    [hold, limit] = requeuecheck.findings(_config(release))
+    assert f"Slurm {version}" in hold.message and "no requeue_delay" in hold.message
     assert "MaxBatchRequeue=5: after 5 failed launches" in limit.message
 
 
