@@ -5,7 +5,7 @@
 #   SP_TEST_RELEASES="24.11 26.05"  the other releases (each from a Debian root built once, ~40 s, into
 #                                   /var/cache/slurm-preempt/roots); "" runs the host's Slurm only
 #   SP_TEST_SOURCE_RELEASES="25.11" releases compiled from Slurm's source tarball (SP_SLURM_SOURCE, else
-#                                   ../shared/slurm-src; ~5 min, once); they run SOURCE_TESTS below.
+#                                   ../shared/slurm-src; 6-9 min, once); they run SOURCE_TESTS below.
 #                                   Without the tarball the tier is left out (one line), under CI=true
 #                                   that fails the run; "" leaves them out
 #   SP_TEST_PORT=17300              the first cluster's port; each release's cluster 100 above the last
