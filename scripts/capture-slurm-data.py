@@ -83,7 +83,7 @@ def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--slurm", default="system", help="release: system, 24.11, 26.05")
+    parser.add_argument("--slurm", default="system", help="release: system, 24.11, 25.11, 26.05")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--dir", default="/tmp/slurm-preempt-capture")
     parser.add_argument("--out", type=Path, help="default: tests/data/slurm-<version>")

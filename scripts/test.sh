@@ -4,13 +4,29 @@
 # Under CI=true a missing Slurm fails the run instead of skipping.
 #   SP_TEST_RELEASES="24.11 26.05"  the other releases (each from a Debian root built once, ~40 s, into
 #                                   /var/cache/slurm-preempt/roots); "" runs the host's Slurm only
+#   SP_TEST_SOURCE_RELEASES="25.11" releases compiled from Slurm's source tarball (SP_SLURM_SOURCE, else
+#                                   ../shared/slurm-src; 6-9 min, once); they run SOURCE_TESTS below.
+#                                   Without the tarball the tier is left out (one line), under CI=true
+#                                   that fails the run; "" leaves them out
 #   SP_TEST_PORT=17300              the first cluster's port; each release's cluster 100 above the last
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WITH_ACCOUNTING="${WITH_ACCOUNTING:-1}"  # slurmdbd + MariaDB for the sacct tests
 releases="${SP_TEST_RELEASES-24.11 26.05}"
-[ -n "$releases" ] && export WITH_SLURM_ROOTS=1  # debootstrap
+source_releases="${SP_TEST_SOURCE_RELEASES-25.11}"
+# A release built from source runs the cluster tests that prove the chain on it: what Slurm does
+# (requeue hold, %r, MaxBatchRequeue, hook environments), a job preempted, told, requeued and running
+# again with the watcher, and the hooks' records (not the whole cluster suite: CI's budget).
+SOURCE_TESTS=(tests/test_slurm_behaviour.py tests/test_launchhold.py tests/test_hooks_cluster.py tests/test_e2e.py)
+[ -n "$releases$source_releases" ] && export WITH_SLURM_ROOTS=1  # debootstrap
 bash scripts/setup.sh
+logs=$(mktemp -d /tmp/sp-test-logs.XXXXXX)
+# Compiling a release from source takes minutes: it starts now, niced, beside lint and the unit tests.
+declare -A builds=()
+for release in $source_releases; do
+  .venv/bin/slurm-preempt testcluster roots --build "$release" >"$logs/build-$release.log" 2>&1 &
+  builds[$release]=$!
+done
 # The CPU build of PyTorch, for the torchrun (2-node gloo all-reduce) and torch.distributed tests;
 # without it those tests skip and say so, which fails the run under CI=true (tests/conftest.py).
 if [ "${WITH_TORCH:-1}" = 1 ] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
@@ -63,22 +79,40 @@ if [ -n "$releases" ]; then
   .venv/bin/slurm-preempt testcluster roots $(printf -- '--build %s ' $releases)
   echo "test: roots ready in ${SECONDS} s"
 fi
+for release in $source_releases; do
+  status=0
+  SECONDS=0
+  wait "${builds[$release]}" || status=$?
+  echo "== Slurm $release from source: exit $status after ${SECONDS} s more ($logs/build-$release.log)"
+  if [ "$status" -eq 0 ]; then
+    releases+=" $release"
+  elif [ "$status" -eq 5 ] && [ "${CI:-}" != true ]; then  # no tarball: one line, the tier left out
+    echo "test: Slurm $release left out: $(tail -n 1 "$logs/build-$release.log")"
+  else
+    cat "$logs/build-$release.log"
+    failed+=" $release-build"
+  fi
+done
 # The cluster tests of each release run side by side, each on its own cluster (own ports, folder,
 # munged and database): they mostly wait on Slurm, so three sessions take little more wall time than
 # the longest one. Each waits on conditions, never on the clock (tests/clusterutil.py: HUNG_AFTER), so
 # the load they put on each other slows them without failing them (issue 29).
-logs=$(mktemp -d /tmp/sp-test-logs.XXXXXX)
 port="${SP_TEST_PORT:-17300}"
 declare -A pids=()
 SECONDS=0
 for release in system $releases; do
   slurm_option=()
   [ "$release" = system ] || slurm_option=(--slurm "$release")
+  chosen_tests=("$@")
+  # A release built from source runs SOURCE_TESTS unless the command line chose tests.
+  if [[ " $source_releases " == *" $release "* ]] && [ "$chosen" -eq 0 ]; then
+    chosen_tests=("${SOURCE_TESTS[@]}")
+  fi
   echo "== cluster tests on Slurm $release (port $port, log $logs/$release.log)"
   (
     started=$SECONDS
     status=0
-    SP_TEST_PORT=$port run_pytest -m cluster "${slurm_option[@]}" "$@" >"$logs/$release.log" 2>&1 || status=$?
+    SP_TEST_PORT=$port run_pytest -m cluster "${slurm_option[@]}" "${chosen_tests[@]}" >"$logs/$release.log" 2>&1 || status=$?
     echo "test: Slurm $release: $((SECONDS - started)) s" >>"$logs/$release.log"
     exit "$status"
   ) &

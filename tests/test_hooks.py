@@ -31,7 +31,7 @@ def _env(name: str, release: str = "22.05") -> dict[str, str]:
 
 
 def test_every_supported_release_has_captured_data():
-    assert RELEASES == ["22.05", "24.11", "26.05"]
+    assert RELEASES == ["22.05", "24.11", "25.11", "26.05"]
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.records import history
 from slurm_preempt.rehearsal import testcluster
+from slurm_preempt.slurm import features
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
 from slurm_preempt.watch import launchhold
@@ -113,10 +114,10 @@ def test_failed_launch_holds_the_job_and_the_watcher_moves_and_releases_it(lc):
 
 @pytest.mark.cluster
 def test_failed_launches_count_toward_max_batch_requeue_from_23_02(lc):
-    """24.11 and 26.05 hold the job for good after 5 failed launches (only an operator may release it);
-    22.05 never does. The watcher (root here) moves it and releases it."""
+    """From 23.02 (24.11, 25.11, 26.05) the job is held for good after 5 failed launches (only an
+    operator may release it); 22.05 never holds it. The watcher (root here) moves it and releases it."""
     job_id = _submit_failing(lc)
-    limit_on = release() != "system"
+    limit_on = features.has(lc.slurm.version(), features.MAX_BATCH_REQUEUE_SETTING)
     for failure in range(1, 6):
         reasons = [launchhold.LAUNCH_FAILED, *launchhold.LIMIT_REACHED]
         held = _held(lc, job_id, reasons)

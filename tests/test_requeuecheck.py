@@ -25,17 +25,28 @@ def test_before_25_11_the_hold_is_cred_expire(release):
     assert "waits ~121 s" in notes[0].message and "requeue_delay needs Slurm 25.11" in notes[0].message
 
 
-def test_26_05_without_requeue_delay_says_it_could_be_set():
-    [hold, limit] = requeuecheck.findings(_config("26.05"))
-    assert "Slurm 26.05.5" in hold.message and "no requeue_delay" in hold.message
+@pytest.mark.parametrize(("release", "version"), [("25.11", "25.11.7"), ("26.05", "26.05.5")])
+def test_from_25_11_without_requeue_delay_says_it_could_be_set(release, version):
+    [hold, limit] = requeuecheck.findings(_config(release))
+    assert f"Slurm {version}" in hold.message and "no requeue_delay" in hold.message
     assert "MaxBatchRequeue=5: after 5 failed launches" in limit.message
 
 
 def test_26_05_reports_requeue_delay_and_warns_about_expedite():
-    config = _config("26.05", SchedulerParameters="bf_continue,requeue_delay=10,enable_expedited_requeue")
+    config = _config(
+        "26.05",
+        SchedulerParameters="bf_continue,requeue_delay=10",
+        SlurmctldParameters="enable_configless,enable_expedited_requeue",
+    )
     [hold, expedite, _limit] = requeuecheck.findings(config)
     assert "waits 10 + 1 s (SchedulerParameters=requeue_delay)" in hold.message
     assert "--requeue=expedite" in expedite.message and "taken away" in expedite.message
+
+
+def test_expedited_requeue_is_a_slurmctld_parameter_not_a_scheduler_one():
+    """Slurm reads enable_expedited_requeue from SlurmctldParameters only (25.11's job_mgr.c)."""
+    config = _config("26.05", SchedulerParameters="enable_expedited_requeue")
+    assert not any("expedite" in f.message for f in requeuecheck.findings(config))
 
 
 def test_22_05_limit_is_fixed_and_failed_launches_do_not_count():

@@ -27,7 +27,7 @@ def test_an_unreachable_registry_is_one_clear_line(monkeypatch, tmp_path):
         rootbuild.ensure(versions.release("24.11"), cache=tmp_path)
     message = str(error.value)
     assert "cannot reach Debian's registry http://127.0.0.1:9/debian" in message and "\n" not in message
-    assert sorted(p.name for p in (tmp_path / "roots").iterdir()) == [".lock", "trixie.log"]
+    assert sorted(p.name for p in (tmp_path / "roots").iterdir()) == [".trixie.lock", "trixie.log"]
 
 
 def test_a_root_that_moved_on_is_refused(tmp_path):

@@ -1,7 +1,9 @@
 """The Slurm behaviour slurm-preempt relies on, checked on the release this session runs (--slurm).
 
-Each test states what README's table says for 22.05, 24.11 and 26.05; CI runs them on all three.
-(Parsers and what the hooks see are checked on captured output: test_parse, test_hooks.)
+Each test states what README's table says for 22.05, 24.11, 25.11 and 26.05; CI runs them on all four.
+Where releases differ, the test asks ``slurm/features.py`` which side of the boundary the running
+release is on, so a boundary placed wrongly fails here. (Parsers and what the hooks see are checked on
+captured output: test_parse, test_hooks.)
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import time
 
 import pytest
 
-from clusterutil import release, requeue_second_over, wait_for
+from clusterutil import cluster_dir, release, requeue_second_over, running_cluster, slurm_problem, wait_for
 from slurm_preempt.errors import SlurmError
+from slurm_preempt.rehearsal import testcluster
+from slurm_preempt.slurm import features
 
 pytestmark = pytest.mark.cluster
 
@@ -138,7 +142,7 @@ def test_sinfo_version_needs_a_readable_slurm_conf(clean_cluster, tmp_path):
 
 
 def test_percent_r_in_output_names_from_25_11(clean_cluster):
-    """`%r` in --output is the restart count on 26.05 (Slurm 25.11+), a literal elsewhere."""
+    """`%r` in --output is the restart count from Slurm 25.11 (25.11, 26.05), a literal before."""
     cl = clean_cluster
     logs = cl.workdir / "percent-r"
     logs.mkdir()
@@ -150,7 +154,72 @@ def test_percent_r_in_output_names_from_25_11(clean_cluster):
     wait_for(lambda: _started_again(cl, job_id, 1), 30, what="released")
     cl.wait_state(job_id, "COMPLETED", timeout=60)
     names = sorted(p.name for p in logs.iterdir())
-    if release() == "26.05":
+    if features.has(cl.slurm.version(), features.RESTART_IN_FILE_NAMES):
         assert names == [f"log-{job_id}-0.out", f"log-{job_id}-1.out"]
     else:
         assert names == [f"log-{job_id}-%r.out"]
+
+
+# ------------------------------------------------------------------- requeue_delay and expedited requeue
+# A cluster of its own (SP_TEST_PORT+40) with both settings on: every release must start with them (older
+# ones ignore what they do not know), and each test asks features.py what the release does with them.
+TUNED = ("SchedulerParameters=requeue_delay=5", "SlurmctldParameters=enable_expedited_requeue")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    problem = slurm_problem()
+    if problem:
+        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
+    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 40
+    spec = testcluster.ClusterSpec(
+        directory=cluster_dir(port - 40, "-tuned"), port=port, standard=1, preemptible=2,
+        slurm=release(), extra_conf=TUNED,
+    )  # fmt: skip
+    with running_cluster(spec, tmp_path_factory.mktemp("tuned")) as handle:
+        yield handle
+
+
+def test_requeue_delay_sets_the_hold_from_25_11(tuned):
+    """requeue_delay=5: a removed node's job is eligible 5 + 1 s after the requeue from 25.11; before,
+    the setting is ignored and the hold stays cred_expire + 1 = 121 s."""
+    cl = tuned
+    job_id = _submit(cl, "sleep 300", "--requeue", "--constraint=preemptible", "--output=/dev/null")
+    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    cl.remove_node(node)
+    held = wait_for(lambda: (j := cl.job(job_id)) and j.reason == "BeginTime" and j, 30, what="BeginTime")
+    hold = (held.eligible_time - held.submit_time).total_seconds()
+    print(f"Slurm {cl.slurm.version()}: requeue_delay=5 gives a hold of {hold:g} s")
+    if features.has(cl.slurm.version(), features.REQUEUE_DELAY):
+        assert 5 <= hold <= 7
+    else:
+        assert 120 <= hold <= 122
+    cl.slurm.run(["scancel", job_id])
+    cl.revive_node(node)
+
+
+def test_expedited_requeue_from_25_11_restarts_on_other_nodes(tuned):
+    """--requeue=expedite is refused before 25.11. From 25.11, with enable_expedited_requeue, a job whose
+    node is removed goes EXPEDITING and runs again with no hold (no BeginTime), on a node it was not on:
+    a node set DOWN does not hold it back."""
+    cl = tuned
+    args = ("--requeue=expedite", "--constraint=preemptible", "--output=/dev/null")
+    if not features.has(cl.slurm.version(), features.EXPEDITED_REQUEUE):
+        with pytest.raises(SlurmError):
+            _submit(cl, "sleep 300", *args)
+        return
+    job_id = _submit(cl, "sleep 300", *args)
+    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    cl.remove_node(node)
+    seen: set[str] = set()
+
+    def running_again():
+        job = cl.job(job_id)
+        seen.add(f"{job.state}/{job.reason}" if job else "gone")
+        return job if job and job.state == "RUNNING" and job.restart_count == 1 else None
+
+    again = wait_for(running_again, 60, interval=0.1, what="the expedited job running again")
+    print(f"Slurm {cl.slurm.version()}: expedited job went through {sorted(seen)}, now on {again.nodes}")
+    assert again.nodes[0] != node and not any("BeginTime" in s for s in seen)
+    cl.slurm.run(["scancel", job_id])
+    cl.revive_node(node)

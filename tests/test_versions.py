@@ -15,10 +15,11 @@ def test_releases_and_their_suites():
     assert {name: r.suite for name, r in versions.RELEASES.items()} == {
         "system": None,
         "24.11": "trixie",
+        "25.11": "trixie",
         "26.05": "sid",
     }
     assert versions.release("26.05").version == (26, 5)
-    with pytest.raises(UsageError, match="choose one of system, 24.11, 26.05"):
+    with pytest.raises(UsageError, match="choose one of system, 24.11, 25.11, 26.05"):
         versions.release("23.02")
 
 

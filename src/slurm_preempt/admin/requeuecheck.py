@@ -37,7 +37,10 @@ def findings(config: dict[str, str]) -> list[Finding]:
         version = None
     name = config.get("SLURM_VERSION", "of unknown version")
     params = scheduler_parameters(config)
-    return [_hold(name, version, params), *_expedite(params), _max_batch_requeue(version, config)]
+    # Unlike requeue_delay (SchedulerParameters), the expedite switch is one of SlurmctldParameters
+    # (Slurm 25.11's job_mgr.c reads it from slurmctld_params).
+    expedite = _expedite(scheduler_parameters(config, "SlurmctldParameters"))
+    return [_hold(name, version, params), *expedite, _max_batch_requeue(version, config)]
 
 
 def _hold(name: str, version: tuple[int, int] | None, params: dict[str, str]) -> Finding:
@@ -68,8 +71,9 @@ def _expedite(params: dict[str, str]) -> list[Finding]:
     return [
         Finding(
             True,
-            "enable_expedited_requeue is on: do not submit preemptible jobs with --requeue=expedite; an "
-            "expedited job waits for the nodes it was on, which are the ones being taken away",
+            "SlurmctldParameters=enable_expedited_requeue is on: do not submit preemptible jobs with "
+            "--requeue=expedite; an expedited job waits for the nodes it was on, which are the ones "
+            "being taken away",
             note=True,
         )
     ]

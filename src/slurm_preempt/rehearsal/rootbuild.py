@@ -2,11 +2,13 @@
 
 ``debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,slurmdbd,munge,... trixie ROOT``
 unpacks Debian 13's Slurm 24.11 (suite ``sid``: 26.05) into ``/var/cache/slurm-preempt/roots/<suite>``
-in under a minute. A build goes to ``<suite>.partial`` under a lock (a second caller waits for the first
-one's root) and is renamed into place once its stamp (``etc/slurm-preempt-root.json``: the Slurm version,
-loader, library and plugin folders, client commands, package list) is written; a failed build leaves only
-its log. A root whose package list is not this module's is built again; one whose suite moved on to
-another Slurm is refused with a message saying so. ``slurmroot`` runs daemons and commands from a root.
+in under a minute. A build goes to ``<suite>.partial`` under that root's own lock (a second caller
+waits for the first one's root) and is renamed into place once its stamp
+(``etc/slurm-preempt-root.json``: the Slurm version, loader, library and plugin folders, client
+commands, package list) is written; a failed build leaves only its log. A root whose package list is
+not this module's is built again; one whose suite moved on to another Slurm is refused with a message
+saying so. ``sourcebuild`` compiles a release no suite ships (25.11) into such a root, with the same
+lock, ``.partial`` and stamp. ``slurmroot`` runs daemons and commands from a root.
 
 Built once, a root is adapted for use from the host: its /etc/passwd, group, hosts and localtime are
 symlinks into the host's /etc (mounted at /run/host-etc in each daemon's namespace, so a user added
@@ -25,7 +27,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +55,9 @@ _UNREACHABLE = re.compile(
 )
 
 
+_LISTS = ("libdirs", "clients", "packages", "options")  # the stamp's lists (tuples here)
+
+
 @dataclass(frozen=True)
 class RootInfo:
     """What a built root holds (its stamp file)."""
@@ -67,6 +72,8 @@ class RootInfo:
     build_seconds: float
     mirror: str
     packages: tuple[str, ...] = ()
+    source_sha256: str = ""  # the tarball a root built from source was compiled from
+    options: tuple[str, ...] = ()  # and the configure options it was compiled with
 
     @property
     def slurm_version(self) -> str:
@@ -74,11 +81,11 @@ class RootInfo:
         return self.slurm.split("-")[0].split("+")[0]
 
     def to_json(self) -> dict:
-        return {**self.__dict__, **{k: list(getattr(self, k)) for k in ("libdirs", "clients", "packages")}}
+        return {**self.__dict__, **{k: list(getattr(self, k)) for k in _LISTS}}
 
     @classmethod
     def from_json(cls, data: dict) -> RootInfo:
-        lists = {k: tuple(data.get(k, ())) for k in ("libdirs", "clients", "packages")}
+        lists = {k: tuple(data.get(k, ())) for k in _LISTS}
         return cls(**{**data, **lists})
 
 
@@ -96,19 +103,39 @@ def read_info(path: Path) -> RootInfo | None:
 
 def ensure(release: Release, cache: Path | None = None) -> RootInfo:
     """The root of ``release``, built now when it is not in the cache yet (once: concurrent callers
-    wait for the first one's build)."""
+    wait for the first one's build). A release built from source goes to ``sourcebuild``."""
     if release.suite is None:
         raise ClusterError("the system release runs from the host's packages, not from a root")
-    path = root_path(release.suite, cache)
+    if release.source is not None:
+        from slurm_preempt.rehearsal import sourcebuild
+
+        return sourcebuild.ensure(release, cache)
+    return ensure_root(
+        release,
+        root_path(release.root_name, cache),
+        lambda info: info.packages == PACKAGES,
+        lambda partial, build_log: _build(release, partial, build_log),
+    )
+
+
+def ensure_root(
+    release: Release,
+    path: Path,
+    is_current: Callable[[RootInfo], bool],
+    build: Callable[[Path, Path], RootInfo],
+) -> RootInfo:
+    """The root at ``path`` when its stamp ``is_current``; else ``build(partial, log)`` fills
+    ``<path>.partial``, which is adapted and renamed into place (under the cache's lock: concurrent
+    callers wait for the first one's build; a failed build leaves only its log)."""
     info = read_info(path)
-    if info is None or info.packages != PACKAGES:
-        with _lock(path.parent):
+    if info is None or not is_current(info):
+        with _lock(path):
             info = read_info(path)
-            if info is not None and info.packages != PACKAGES:
-                log.info("the %s root was built with other packages: building it again", release.suite)
+            if info is not None and not is_current(info):
+                log.info("the %s root was built from other inputs: building it again", path.name)
                 _remove(path)
                 info = None
-            info = info or _build(release, path)
+            info = info or _build_into(release, path, build)
     _check_version(release, info, path)
     return info
 
@@ -130,8 +157,10 @@ def list_roots(cache: Path | None = None) -> list[dict]:
         if info is not None:
             found.append(
                 {
+                    "name": path.name,
                     "suite": info.suite,
                     "slurm": info.slurm_version,
+                    "source_sha256": info.source_sha256 or None,
                     "path": str(path),
                     "built_at": info.built_at,
                     "build_seconds": info.build_seconds,
@@ -153,65 +182,76 @@ def _megabytes(path: Path) -> int:
 
 
 @contextmanager
-def _lock(folder: Path) -> Iterator[None]:
+def _lock(root: Path) -> Iterator[None]:
+    """One lock per root (``.<name>.lock`` beside it): a root compiled from source for minutes never
+    holds up the build of another."""
+    folder = root.parent
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder.parent, 0o755)  # users' commands run the roots' clients
-    with open(folder / ".lock", "w") as handle:
+    with open(folder / f".{root.name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
 
 def _check_version(release: Release, info: RootInfo, path: Path) -> None:
     wanted = release.name
-    if not info.slurm_version.startswith(wanted + "."):
+    if info.slurm_version.startswith(wanted + "."):
+        return
+    if release.source is not None:
         raise ClusterError(
-            f"the Debian {info.suite} root in {path} holds Slurm {info.slurm_version}, not {wanted}: "
-            f"Debian {info.suite} moved on; remove {path} to rebuild it, and update "
-            "slurm_preempt.rehearsal.versions.RELEASES"
+            f"the root in {path} holds Slurm {info.slurm_version}, not {wanted}: the tarball it was "
+            f"built from is another release's; remove {path} and give Slurm {wanted}'s tarball"
         )
+    raise ClusterError(
+        f"the Debian {info.suite} root in {path} holds Slurm {info.slurm_version}, not {wanted}: "
+        f"Debian {info.suite} moved on; remove {path} to rebuild it, and update "
+        "slurm_preempt.rehearsal.versions.RELEASES"
+    )
 
 
-def _build(release: Release, path: Path) -> RootInfo:
-    suite = release.suite
-    assert suite is not None
-    debootstrap = shutil.which("debootstrap", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    if debootstrap is None:
-        raise MissingDependencyError(
-            f"building the Slurm {release.name} root needs debootstrap: apt-get install debootstrap "
-            "(scripts/install-slurm.sh installs it)"
-        )
+def _build_into(release: Release, path: Path, build: Callable[[Path, Path], RootInfo]) -> RootInfo:
     if os.geteuid() != 0:
         raise ClusterError(f"building the Slurm {release.name} root runs debootstrap, which needs root")
     partial = path.with_name(path.name + ".partial")
     build_log = path.with_name(path.name + ".log")
     shutil.rmtree(partial, ignore_errors=True)  # an interrupted build; rmtree never follows symlinks
-    log.info(
-        "building the Debian %s root with Slurm %s in %s (once; about a minute)", suite, release.name, path
-    )
-    began = time.monotonic()
-    argv = [
-        debootstrap,
-        "--variant=minbase",
-        f"--include={','.join(PACKAGES)}",
-        suite,
-        str(partial),
-        MIRROR,
-    ]
     try:
-        _run_debootstrap(argv, build_log, release)
+        build_log.write_text("")
+        info = build(partial, build_log)
         _adapt(partial, path)
-        info = _describe(partial, suite, time.monotonic() - began)
         (partial / STAMP).write_text(json.dumps(info.to_json(), indent=1) + "\n")
         os.replace(partial, path)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # never half a root (the log stays)
         raise
+    return info
+
+
+def _build(release: Release, partial: Path, build_log: Path) -> RootInfo:
+    assert release.suite is not None
+    log.info("building the Debian %s root with Slurm %s (once; about a minute)", release.suite, release.name)
+    began = time.monotonic()
+    debootstrap(release, partial, build_log, PACKAGES)
+    info = _describe(partial, release.suite, time.monotonic() - began)
     log.info("root ready: Slurm %s in %.0f s (%s)", info.slurm_version, info.build_seconds, build_log)
     return info
 
 
+def debootstrap(release: Release, target: Path, build_log: Path, packages: tuple[str, ...]) -> None:
+    """Unpack release's Debian suite with ``packages`` into ``target`` (output appended to the log)."""
+    found = shutil.which("debootstrap", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if found is None:
+        raise MissingDependencyError(
+            f"building the Slurm {release.name} root needs debootstrap: apt-get install debootstrap "
+            "(scripts/install-slurm.sh installs it)"
+        )
+    assert release.suite is not None
+    argv = [found, "--variant=minbase", f"--include={','.join(packages)}", release.suite, str(target), MIRROR]
+    _run_debootstrap(argv, build_log, release)
+
+
 def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None:
-    with open(build_log, "w") as out:
+    with open(build_log, "a") as out:
         try:
             done = subprocess.run(
                 argv, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, check=False
@@ -265,20 +305,10 @@ def _describe(root: Path, suite: str, seconds: float) -> RootInfo:
         raise ClusterError(f"the {suite} root holds no Slurm plugins (auth_munge.so); see its build log")
     plugin_dir = "/" + str(plugin.parent.relative_to(root))
     libdirs = ("/" + str(plugin.parent.parent.relative_to(root)), plugin_dir)
-    loader = next(
-        (
-            str(p.relative_to(root))
-            for pattern in ("lib64/ld-linux*.so.*", "lib/ld-linux*.so.*")
-            for p in sorted(root.glob(pattern))
-        ),
-        None,
-    )
-    if loader is None:
-        raise ClusterError(f"the {suite} root holds no dynamic loader")
     return RootInfo(
         suite=suite,
         slurm=_package_version(root, "slurm-client"),
-        loader=loader,
+        loader=find_loader(root, suite),
         libdirs=libdirs,
         plugin_dir=plugin_dir,
         clients=clients,
@@ -287,6 +317,14 @@ def _describe(root: Path, suite: str, seconds: float) -> RootInfo:
         mirror=MIRROR,
         packages=PACKAGES,
     )
+
+
+def find_loader(root: Path, suite: str) -> str:
+    """The root's dynamic loader, relative to the root (lib64/ld-linux-x86-64.so.2)."""
+    for pattern in ("lib64/ld-linux*.so.*", "lib/ld-linux*.so.*"):
+        for found in sorted(root.glob(pattern)):
+            return str(found.relative_to(root))
+    raise ClusterError(f"the {suite} root holds no dynamic loader")
 
 
 def _package_version(root: Path, package: str) -> str:

@@ -133,7 +133,7 @@ class RootRuntime:
     @property
     def path(self) -> Path:
         assert self.release.suite is not None
-        return root_path(self.release.suite, self.cache)
+        return root_path(self.release.root_name, self.cache)
 
     @property
     def info(self) -> RootInfo:

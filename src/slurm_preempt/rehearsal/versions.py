@@ -1,9 +1,11 @@
 """The Slurm releases the local test cluster runs, and how it runs each.
 
 ``system`` is the host's own packages (Debian 12: Slurm 22.05). The others come from a Debian suite
-that ships them, unpacked once with debootstrap into a cache folder (``slurmroot``): the daemons run
-chrooted into it and the host's ``sinfo``/``sbatch``/... become wrappers that run that release's
-clients, so the watcher, the drill and the tests run unchanged against it.
+that ships them, unpacked once with debootstrap into a cache folder (``rootbuild``), or, for a release
+no Debian suite packages (25.11), are compiled once from Slurm's source tarball inside such a root
+(``sourcebuild``). The daemons run chrooted into the root and the host's ``sinfo``/``sbatch``/...
+become wrappers that run that release's clients (``slurmroot``), so the watcher, the drill and the
+tests run unchanged against it.
 
 A runtime answers three questions for ``testcluster``: which argv starts a daemon, which slurm.conf
 lines it needs, and which environment makes the host's Slurm commands talk to it.
@@ -26,9 +28,18 @@ SYSTEM = "system"
 class Release:
     """One Slurm release the test cluster can run."""
 
-    name: str  # what --slurm takes: "system", "24.11", "26.05"
-    suite: str | None  # the Debian suite that ships it; None: the host's packages
+    name: str  # what --slurm takes: "system", "24.11", "25.11", "26.05"
+    suite: str | None  # the Debian suite of its root; None: the host's packages
     note: str = ""
+    # The source tarball it is compiled from inside a root of ``suite`` (None: the suite ships it).
+    source: str | None = None
+
+    @property
+    def root_name(self) -> str:
+        """The root's folder in the cache: the suite's name, or ``<suite>-slurm-<name>`` for a
+        release built from source (its root holds no Debian Slurm packages)."""
+        assert self.suite is not None, "the host's packages have no root"
+        return f"{self.suite}-slurm-{self.name}" if self.source else self.suite
 
     @property
     def version(self) -> tuple[int, int] | None:
@@ -44,6 +55,8 @@ class Release:
 RELEASES: Mapping[str, Release] = {
     SYSTEM: Release(SYSTEM, None, "the host's packages (Debian 12: Slurm 22.05)"),
     "24.11": Release("24.11", "trixie", "Debian 13"),
+    # No Debian suite packages 25.11: built from the tarball of tag slurm-25-11-7-1 (sourcebuild).
+    "25.11": Release("25.11", "trixie", "built from source", source="slurm-25.11.7.tar.xz"),
     "26.05": Release("26.05", "sid", "Debian unstable"),
 }
 
@@ -125,7 +138,7 @@ def client_env(name: str, directory: Path, path: str) -> dict[str, str]:
 
 
 def runtime(name: str) -> Runtime:
-    """The runtime for release ``name`` (``system``, ``24.11``, ``26.05``)."""
+    """The runtime for release ``name`` (``system``, ``24.11``, ``25.11``, ``26.05``)."""
     chosen = release(name)
     if chosen.suite is None:
         return SystemRuntime(chosen)

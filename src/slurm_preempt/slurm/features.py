@@ -14,7 +14,7 @@ Version = tuple[int, int]
 RESTART_IN_FILE_NAMES: Version = (25, 11)
 # SchedulerParameters=requeue_delay=N: the hold of a requeued job (before: cred_expire + 1, ~121 s).
 REQUEUE_DELAY: Version = (25, 11)
-# --requeue=expedite with SchedulerParameters=enable_expedited_requeue.
+# --requeue=expedite with SlurmctldParameters=enable_expedited_requeue.
 EXPEDITED_REQUEUE: Version = (25, 11)
 # MaxBatchRequeue in slurm.conf, and every failed launch (a prolog that fails, a node lost while the job
 # starts) counts toward it. Before: fixed at 5, and failed launches did not count (22.05: a job whose

@@ -367,9 +367,10 @@ def parse_config(output: str) -> dict[str, str]:
     return found
 
 
-def scheduler_parameters(config: dict[str, str]) -> dict[str, str]:
-    """``SchedulerParameters`` as {option: value} (``bf_continue`` -> ``""``)."""
-    text = clean_text(config.get("SchedulerParameters", ""))
+def scheduler_parameters(config: dict[str, str], key: str = "SchedulerParameters") -> dict[str, str]:
+    """``SchedulerParameters`` (or another comma-separated option list such as ``SlurmctldParameters``)
+    as {option: value} (``bf_continue`` -> ``""``)."""
+    text = clean_text(config.get(key, ""))
     pairs = (item.partition("=") for item in text.split(",") if item.strip())
     return {key.strip(): value.strip() for key, _sep, value in pairs}
 
