@@ -40,7 +40,7 @@ def test_26_05_reports_requeue_delay_and_warns_about_expedite():
     )
     [hold, expedite, _limit] = requeuecheck.findings(config)
     assert "waits 10 + 1 s (SchedulerParameters=requeue_delay)" in hold.message
-    assert "--requeue=expedite" in expedite.message and "taken away" in expedite.message
+    assert "--requeue=expedite" in expedite.message and "without the requeue hold" in expedite.message
 
 
 def test_expedited_requeue_is_a_slurmctld_parameter_not_a_scheduler_one():

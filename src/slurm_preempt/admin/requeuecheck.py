@@ -71,9 +71,8 @@ def _expedite(params: dict[str, str]) -> list[Finding]:
     return [
         Finding(
             True,
-            "SlurmctldParameters=enable_expedited_requeue is on: do not submit preemptible jobs with "
-            "--requeue=expedite; an expedited job waits for the nodes it was on, which are the ones "
-            "being taken away",
+            "SlurmctldParameters=enable_expedited_requeue is on: a job submitted with --requeue=expedite "
+            "restarts on other nodes without the requeue hold when its node is removed",
             note=True,
         )
     ]
