@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,3 +62,34 @@ def test_a_stopped_process_is_not_alive(tmp_path):
     assert proc is not None
     procs.stop([proc], grace=5)
     assert not started.alive  # reaped, or a zombie where nobody reaps: stopped either way
+
+
+def _open_names() -> list[str]:
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return names
+
+
+def test_a_pinned_namespace_keeps_its_id_while_the_block_runs():
+    """The namespace of a process in its own mount namespace is named (ours never) and held open: its
+    last process may die inside the block without its id going to a namespace made meanwhile."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare (a failure under CI=true)")
+    child = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sleep", "60"])
+    try:
+        proc = psutil.Process(child.pid)
+        assert procs.wait_until(lambda: procs.mount_namespace(proc) != procs.mount_namespace(), 10)
+        theirs = procs.mount_namespace(proc)
+        with procs.pinned_mount_namespaces([proc, psutil.Process()]) as names:
+            assert names == {theirs}
+            child.kill()
+            child.wait()
+            assert theirs in _open_names()  # still held after its last process died
+        assert theirs not in _open_names()
+    finally:
+        child.kill()
+        child.wait()

@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,6 +159,31 @@ def mount_namespace(proc: psutil.Process | None = None) -> str | None:
         return os.readlink(f"/proc/{proc.pid if proc else 'self'}/ns/mnt")
     except OSError:
         return None
+
+
+@contextmanager
+def pinned_mount_namespaces(procs: Iterable[psutil.Process]) -> Iterator[set[str]]:
+    """The mount namespaces of ``procs`` other than ours, held open until the block ends.
+
+    A namespace's id is an inode number the kernel hands out again once the namespace dies: after its
+    last process is killed, a daemon of another cluster started that moment may get the same id, and a
+    kill "of everything in that namespace" would hit it. An open descriptor keeps the namespace (and so
+    its id) alive."""
+    ours, held, names = mount_namespace(), [], set()
+    try:
+        for proc in procs:
+            try:
+                fd = os.open(f"/proc/{proc.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            held.append(fd)
+            name = os.readlink(f"/proc/self/fd/{fd}")
+            if name != ours:
+                names.add(name)
+        yield names
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def in_mount_namespaces(namespaces: set[str]) -> list[psutil.Process]:

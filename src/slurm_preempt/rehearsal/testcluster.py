@@ -293,14 +293,15 @@ def remove_node(state: ClusterState, name: str, reason: str = "removed") -> int:
         for p in procs.with_env("SP_TESTCLUSTER_NODE", name)
         if procs.environ_of(p).get("SP_TESTCLUSTER_DIR") == str(state.spec.directory)
     ]
-    namespaces = {ns for ns in map(procs.mount_namespace, slurmd) if ns and ns != procs.mount_namespace()}
-    killed = procs.kill_now(slurmd)
-    # A job that just started may have a slurmstepd forked but not yet listening: look twice. On another
-    # release each node runs in a mount namespace of its own, which holds exactly its processes.
-    for _ in range(2):
-        steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
-        killed += procs.kill_now(steps) + procs.kill_now(procs.in_mount_namespaces(namespaces))
-        time.sleep(0.2)
+    with procs.pinned_mount_namespaces(slurmd) as namespaces:
+        killed = procs.kill_now(slurmd)
+        # A job that just started may have a slurmstepd forked but not yet listening: look twice. On
+        # another release each node runs in a mount namespace of its own, which holds exactly its
+        # processes (pinned: its id is never another cluster's meanwhile).
+        for _ in range(2):
+            steps = procs.tree(procs.listening_under("slurmstepd", state.spec.directory / "spool" / name))
+            killed += procs.kill_now(steps) + procs.kill_now(procs.in_mount_namespaces(namespaces))
+            time.sleep(0.2)
     state.slurm(timeout=30).set_down([name], reason)
     return killed
 
