@@ -250,18 +250,24 @@ def debootstrap(release: Release, target: Path, build_log: Path, packages: tuple
     _run_debootstrap(argv, build_log, release)
 
 
-def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None:
+def run_logged(argv: list[str], build_log: Path, timeout: float, too_long: str) -> int:
+    """Run ``argv`` with its output appended to ``build_log``; its exit status. ClusterError saying
+    ``too_long`` when it runs past ``timeout`` seconds."""
     with open(build_log, "a") as out:
         try:
-            done = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, check=False
-            )
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise ClusterError(
-                f"debootstrap of Debian {release.suite} gave no result within {BUILD_TIMEOUT:g} s "
-                f"(is {MIRROR} slow or unreachable?); see {build_log}"
-            ) from None
-    if done.returncode == 0:
+            raise ClusterError(f"{too_long}; see {build_log}") from None
+    return done.returncode
+
+
+def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None:
+    too_long = (
+        f"debootstrap of Debian {release.suite} gave no result within {BUILD_TIMEOUT:g} s "
+        f"(is {MIRROR} slow or unreachable?)"
+    )
+    returncode = run_logged(argv, build_log, BUILD_TIMEOUT, too_long)
+    if returncode == 0:
         return
     text = build_log.read_text(errors="replace")
     if _UNREACHABLE.search(text):
@@ -270,7 +276,7 @@ def _run_debootstrap(argv: list[str], build_log: Path, release: Release) -> None
             f"(set SLURM_PREEMPT_DEBIAN_MIRROR to a reachable mirror); see {build_log}"
         )
     last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
-    raise ClusterError(f"debootstrap of Debian {release.suite} failed (exit {done.returncode}): {last}")
+    raise ClusterError(f"debootstrap of Debian {release.suite} failed (exit {returncode}): {last}")
 
 
 # What a test root never reads: the downloaded packages (~50 MB), documentation and translations.

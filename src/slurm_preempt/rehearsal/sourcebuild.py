@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -181,20 +180,13 @@ def _build(release: Release, partial: Path, build_log: Path, source: Path, check
 
 
 def _run_build(argv: list[str], build_log: Path, release: Release) -> None:
-    with open(build_log, "a") as out:
-        try:
-            done = subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise ClusterError(
-                f"building Slurm {release.name} took over {BUILD_TIMEOUT:g} s; see {build_log}"
-            ) from None
-    if done.returncode != 0:
+    too_long = f"building Slurm {release.name} took over {BUILD_TIMEOUT:g} s"
+    returncode = rootbuild.run_logged(argv, build_log, BUILD_TIMEOUT, too_long)
+    if returncode != 0:
         text = build_log.read_text(errors="replace")
         stage = next((ln for ln in reversed(text.splitlines()) if ln.startswith("== ")), "== setup")
         raise ClusterError(
-            f"building Slurm {release.name} failed at {stage[3:].split()[0]} (exit {done.returncode}); "
+            f"building Slurm {release.name} failed at {stage[3:].split()[0]} (exit {returncode}); "
             f"see {build_log}"
         )
 
