@@ -34,6 +34,12 @@ pytestmark = [
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_sharded.py"
 STEPS, EVERY = 240, 20
 GRACE = 10.0
+# A shrink must be done before the removal: the attempt's step ends (every agent and rank exits), then
+# `resume shrink` asks Slurm, updates the job and checks it. That took 2.8 s on an idle machine and 5 s
+# beside 4 busy loops, but 8-9 s in CI runs with four clusters side by side on 2 cores, and once more
+# than 10 s (the removal came first and Slurm requeued the job). A site's drain-to-removal time is
+# 5 minutes: these drills give the shrink 30 s, so CI's load cannot decide which path the job takes.
+SHRINK_GRACE = 30.0
 PRIME, SIZE = 1_000_003, 1200
 
 
@@ -63,10 +69,16 @@ def watcher(clean_cluster, tmp_path):
         yield proc
 
 
-def _drill(cl, job_id: str, node: str, work: Path) -> drill.DrillEvent:
+@pytest.fixture
+def shrink_watcher(clean_cluster, tmp_path):
+    with running_watcher(clean_cluster, tmp_path / "watch.log", SHRINK_GRACE) as proc:
+        yield proc
+
+
+def _drill(cl, job_id: str, node: str, work: Path, grace: float = GRACE) -> drill.DrillEvent:
     wait_for(lambda: list((work / "ckpt").glob("step-*")), 180, what="a periodic checkpoint")
     runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
-    event = runner.start_event([node], grace=GRACE, pause=1, reason=drill.DEFAULT_REASON)
+    event = runner.start_event([node], grace=grace, pause=1, reason=drill.DEFAULT_REASON)
     runner.run_until_done(timeout=180)
     return event
 
@@ -176,7 +188,7 @@ def _check_shrunk_in_place(cl, job_id: str, event: drill.DrillEvent, left: str) 
     return resumed
 
 
-def test_three_nodes_shrink_in_place_to_two_and_reshard(clean_cluster, watcher, tmp_path):
+def test_three_nodes_shrink_in_place_to_two_and_reshard(clean_cluster, shrink_watcher, tmp_path):
     """--nodes=2-3 and a node that is not the batch host drained: the job gives that node back and goes on
     on the other two in the same attempt (before: a requeue), resharding its final checkpoint."""
     cl = clean_cluster
@@ -186,7 +198,7 @@ def test_three_nodes_shrink_in_place_to_two_and_reshard(clean_cluster, watcher, 
     job_id = submit_generated(cl, work, options, _train(result))
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
-    event = _drill(cl, job_id, first.nodes[1], work)
+    event = _drill(cl, job_id, first.nodes[1], work, SHRINK_GRACE)
     resumed = _check_shrunk_in_place(cl, job_id, event, first.nodes[1])
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
@@ -248,14 +260,14 @@ def _srun_range_job(cl, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
     return submit_generated(cl, work, options, ["srun", *_train(result)]), work, result
 
 
-def test_srun_multitask_job_shrinks_in_place(clean_cluster, watcher, tmp_path):
+def test_srun_multitask_job_shrinks_in_place(clean_cluster, shrink_watcher, tmp_path):
     """`srun python ...` (one task per node) with --nodes=2-3: the second srun, run by the same batch
     script on the two nodes that stay, gets the shrunk job's environment (no stale SLURM_NTASKS)."""
     cl = clean_cluster
     job_id, work, result = _srun_range_job(cl, tmp_path, "srun3")
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
-    event = _drill(cl, job_id, first.nodes[2], work)
+    event = _drill(cl, job_id, first.nodes[2], work, SHRINK_GRACE)
     _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
@@ -263,17 +275,17 @@ def test_srun_multitask_job_shrinks_in_place(clean_cluster, watcher, tmp_path):
     assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 1
 
 
-def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, watcher, tmp_path):
+def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, shrink_watcher, tmp_path):
     """3 -> 2 on a first drain; then one of the two drains: the watcher tells the job again (it no longer
     holds the first node), and with 1 node left, fewer than MIN, the job requeues from its checkpoint."""
     cl = clean_cluster
     job_id, work, result = _srun_range_job(cl, tmp_path, "twice")
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
-    event = _drill(cl, job_id, first.nodes[2], work)
+    event = _drill(cl, job_id, first.nodes[2], work, SHRINK_GRACE)
     _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
     wait_for(lambda: _has(cl, job_id, "checkpoint_saved") and cl.slurm.job(job_id).running, 60, what="run")
-    second = _drill(cl, job_id, first.nodes[1], work)
+    second = _drill(cl, job_id, first.nodes[1], work, SHRINK_GRACE)
     assert second.jobs[job_id].requeued_at is not None, second.jobs[job_id]
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
