@@ -9,9 +9,9 @@ import pytest
 
 from fakeslurm import T0
 from slurm_preempt import ledger
-from slurm_preempt.job.adaptive import DEFAULT_SECONDS, ENV_POOL, AdaptiveInterval
+from slurm_preempt.job.adaptive import DEFAULT_SECONDS, ENV_POOL, AdaptiveInterval, preemption_history
 from slurm_preempt.job.environment import ENV_CHECKPOINT_INTERVAL
-from slurm_preempt.job.interval import daly
+from slurm_preempt.job.interval import checkpoint_interval, daly
 from slurm_preempt.job.resume import Run, Wiring
 from slurm_preempt.records import history
 from slurm_preempt.watch.rate import RateTracker
@@ -44,8 +44,35 @@ def test_dalys_interval_from_the_measured_cost_and_the_jobs_share_of_the_live_ra
     publish(tmp_path, 0.5)  # a node every 2 h: a 4-node job every 30 min
     adaptive = AdaptiveInterval(tmp_path, 4, {})
     assert adaptive.saved(60) == pytest.approx(daly(60, 1800), rel=1e-3)
-    assert adaptive.basis == {"basis": "live rate", "checkpoint_seconds": 60, "mtbp_seconds": 1800.0}
+    assert adaptive.basis == {
+        "basis": "live rate",
+        "checkpoint_seconds": 60,
+        "mtbp_seconds": 1800.0,
+        "unannounced_share": 1.0,  # no history: every preemption taken as unannounced
+    }
     assert adaptive.saved(80) == pytest.approx(daly(70, 1800), rel=1e-3)  # the median of its saves
+
+
+def test_a_job_told_of_its_preemptions_in_time_checkpoints_less_often(tmp_path):
+    """Three restarts, each after a final checkpoint: a quarter of preemptions taken as unannounced, the
+    interval is Daly's against those (the rule ``simulate`` models), longer than against all."""
+    publish(tmp_path, 0.5)
+    for step in (10, 20, 30):
+        ledger.record(tmp_path, "7", "checkpoint_saved", "job", step=step, final=True)
+    ledger.record(tmp_path, "7", "checkpoint_saved", "job", step=35, final=False)
+    assert preemption_history(tmp_path, "7", restart_count=3) == (3, 3)
+    told = AdaptiveInterval(tmp_path, 4, {}, history=(3, 3))
+    assert told.saved(60) == pytest.approx(checkpoint_interval(60, 1800, 0.25), rel=1e-3)
+    assert told.saved(60) == pytest.approx(daly(60, 4 * 1800), rel=1e-3) and told.seconds > daly(60, 1800)
+    assert told.basis["unannounced_share"] == 0.25
+    lost = AdaptiveInterval(tmp_path, 4, {}, history=preemption_history(tmp_path, "8", restart_count=3))
+    assert lost.saved(60) == pytest.approx(daly(60, 1800), rel=1e-3)  # no final checkpoint: no notices
+
+
+def test_an_unreadable_ledger_counts_the_restarts_alone(tmp_path):
+    (tmp_path / "jobs").write_text("not a folder")
+    assert preemption_history(tmp_path, "7", restart_count=2) == (2, 0)
+    assert preemption_history(None, "7", restart_count=-1) == (0, 0)
 
 
 def test_a_named_pool_is_read_alone_else_the_highest_rate(tmp_path):

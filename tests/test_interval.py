@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from slurm_preempt.job.interval import daly, expected_waste, observed_mtbi, young_daly
+from slurm_preempt.job.interval import (
+    checkpoint_interval,
+    daly,
+    expected_waste,
+    observed_mtbi,
+    unannounced_share,
+    young_daly,
+)
 
 
 def test_young_is_the_square_root_of_twice_cost_times_mtbi():
@@ -42,3 +49,25 @@ def test_observed_mtbi():
 def test_bad_values_are_refused(c, m):
     with pytest.raises(ValueError):
         young_daly(c, m)
+
+
+def test_the_one_interval_rule_is_dalys_against_the_unannounced_preemptions():
+    assert checkpoint_interval(60, 1800) == pytest.approx(daly(60, 1800))
+    assert checkpoint_interval(60, 1800, 0.05) == pytest.approx(daly(60, 1800 / 0.05))
+    assert checkpoint_interval(60, 1800, 0.0) == math.inf  # every preemption announced: none needed
+    assert checkpoint_interval(100, 100) == 100  # never below one checkpoint's cost
+    assert checkpoint_interval(0, 100) == 1.0  # nor below one second
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_share_outside_zero_to_one_is_refused(share):
+    with pytest.raises(ValueError):
+        checkpoint_interval(60, 1800, share)
+
+
+def test_the_unannounced_share_starts_cautious_and_follows_the_jobs_own_notices():
+    assert unannounced_share(0, 0) == 1.0
+    assert unannounced_share(3, 3) == 0.25
+    assert unannounced_share(3, 0) == 1.0
+    assert unannounced_share(2, 5) == 1 / 3  # a final checkpoint for a time-limit warning: clamped
+    assert unannounced_share(19, 19) == 0.05

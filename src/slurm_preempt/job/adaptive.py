@@ -7,7 +7,10 @@ save and so at every attempt:
   (the whole save, or the snapshot of a background one);
 - the mean time between preemptions of the job: one over the job's node count times the per-node
   rate the watcher publishes (``<state_dir>/preemption-rate.json``, ``watch/rate.py``). Without a
-  pool named (``SLURM_PREEMPT_RATE_POOL``), the highest rate of any pool: the cautious reading.
+  pool named (``SLURM_PREEMPT_RATE_POOL``), the highest rate of any pool: the cautious reading;
+- the share of its preemptions that came with no usable notice (``interval.unannounced_share``): its
+  restarts and shrinks against its final checkpoints, from its own ledger, taken once per attempt.
+  A job told of every preemption in time checkpoints less often, as ``simulate`` models it.
 
 Until both are known the interval is the stated default (the seconds in
 ``$SLURM_PREEMPT_CHECKPOINT_INTERVAL``, else ``DEFAULT_SECONDS``); never below one measured checkpoint.
@@ -27,8 +30,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from slurm_preempt import ledger
 from slurm_preempt.job.environment import ENV_CHECKPOINT_INTERVAL
-from slurm_preempt.job.interval import daly
+from slurm_preempt.job.interval import checkpoint_interval, unannounced_share
 from slurm_preempt.watch.rate import read_published
 
 log = logging.getLogger(__name__)
@@ -62,8 +66,11 @@ class AdaptiveInterval:
         nodes: int,
         environ: Mapping[str, str],
         record: Callable[..., Any] = lambda *_a, **_k: None,
+        history: tuple[int, int] = (0, 0),
     ):
+        """``history``: (preemptions this job has had, those it saved a final checkpoint for)."""
         self.state_dir, self.nodes, self.record = state_dir, max(1, nodes), record
+        self.unannounced = unannounced_share(*history)
         self.default = _positive(environ.get(ENV_CHECKPOINT_INTERVAL)) or DEFAULT_SECONDS
         self.pool = environ.get(ENV_POOL) or None
         self.costs: deque[float] = deque(maxlen=SAVES_KEPT)
@@ -84,11 +91,12 @@ class AdaptiveInterval:
             self.seconds, self.basis = max(self.default, cost or 0.0), {"basis": "default"}
         else:
             mtbp = 3600.0 / (per_node_hour * self.nodes)
-            self.seconds = max(daly(cost, mtbp) if cost > 0 else self.default, cost)
+            self.seconds = checkpoint_interval(cost, mtbp, self.unannounced) if cost > 0 else self.default
             self.basis = {
                 "basis": "live rate",
                 "checkpoint_seconds": round(cost, 3),
                 "mtbp_seconds": round(mtbp, 1),
+                "unannounced_share": round(self.unannounced, 3),
             }
         self._maybe_record()
         return self.seconds
@@ -117,6 +125,22 @@ class AdaptiveInterval:
         self._recorded = self.seconds
         log.info("checkpoint interval %.0f s (%s)", self.seconds, self.basis["basis"])
         self.record("checkpoint_interval", seconds=round(self.seconds, 1), **self.basis)
+
+
+def preemption_history(state_dir: Path | None, job_id: str, restart_count: int) -> tuple[int, int]:
+    """(preemptions this job has had, those it was told of in time): its restarts and shrinks, and its
+    final checkpoints (one per notice it saved for), from its own ledger; the restarts alone when the
+    ledger cannot be read. A final checkpoint for a time-limit warning may count: the share is clamped."""
+    restarts = max(0, restart_count)
+    if state_dir is None or not job_id:
+        return restarts, 0
+    try:
+        events = ledger.events(state_dir, job_id)
+    except (OSError, ValueError):
+        return restarts, 0
+    finals = sum(1 for e in events if e.get("kind") == "checkpoint_saved" and e.get("final") is True)
+    shrinks = sum(1 for e in events if e.get("kind") == "shrunk")
+    return restarts + shrinks, finals
 
 
 def _positive(text: str | None) -> float | None:

@@ -8,6 +8,11 @@ With a checkpoint costing ``c`` seconds and a mean time between interruptions (p
 
 Both return the compute time between the ends of two checkpoints, in seconds. With a notice before
 each preemption the loss is smaller still; the interval bounds what is lost when no notice comes.
+
+``checkpoint_interval`` is the one rule every part uses (a job's ``Run(interval="auto")``, ``sbatch
+--checkpoint-interval auto``, ``report``'s advice and ``simulate``): Daly's interval against the
+preemptions that no notice covers (a final checkpoint saves the others' work), and
+``unannounced_share`` how a job estimates that share from its own attempts.
 """
 
 from __future__ import annotations
@@ -48,3 +53,28 @@ def expected_waste(interval: float, c: float, m: float) -> float:
     if interval <= 0:
         raise ValueError("interval must be positive")
     return c / interval + interval / (2.0 * m)
+
+
+MIN_INTERVAL = 1.0  # seconds: a free checkpoint still takes a step
+
+
+def checkpoint_interval(checkpoint: float, mtbp: float, unannounced: float = 1.0) -> float:
+    """Seconds between periodic checkpoints: Daly's interval against the preemptions that come without
+    a usable notice, a share ``unannounced`` of all (``mtbp`` the mean time between all of them). Never
+    below one checkpoint's cost nor ``MIN_INTERVAL``; infinite when every preemption is announced."""
+    _check(checkpoint, mtbp)
+    if not 0.0 <= unannounced <= 1.0:  # NaN fails too
+        raise ValueError(f"need a share of unannounced preemptions in [0, 1], got {unannounced}")
+    if unannounced == 0.0:
+        return math.inf
+    return max(daly(checkpoint, mtbp / unannounced), checkpoint, MIN_INTERVAL)
+
+
+def unannounced_share(preemptions: int, announced: int) -> float:
+    """The share of a job's preemptions taken to come without a usable notice, from its own history:
+    ``(unannounced + 1) / (preemptions + 1)``. One unannounced preemption is assumed before any is seen,
+    so a job with no history checkpoints as if no notice will come (the cautious reading), and each
+    preemption it was told of in time moves its interval toward the notice-covered one."""
+    preemptions = max(0, preemptions)
+    announced = min(max(0, announced), preemptions)
+    return (preemptions - announced + 1) / (preemptions + 1)

@@ -35,7 +35,7 @@ from slurm_preempt.errors import CheckpointError, SlurmPreemptError
 from slurm_preempt.job import agreement as agreement_mod
 from slurm_preempt.job import joblog
 from slurm_preempt.job import settings as job_settings
-from slurm_preempt.job.adaptive import AdaptiveInterval, from_environment, is_auto
+from slurm_preempt.job.adaptive import AdaptiveInterval, from_environment, is_auto, preemption_history
 from slurm_preempt.job.checkpoint import Checkpoint, CheckpointStore
 from slurm_preempt.job.commit import Owner
 from slurm_preempt.job.environment import ENV_CHECKPOINT_DIR, JobEnv
@@ -109,7 +109,8 @@ class Run:
         self._adaptive: AdaptiveInterval | None = None
         if is_auto(interval):
             record = self._ledger.record if self._writer else (lambda *_a, **_k: None)
-            self._adaptive = AdaptiveInterval(self._env.state_dir, self._env.num_nodes, env, record)
+            history = preemption_history(self._env.state_dir, self._env.job_id, self._env.restart_count)
+            self._adaptive = AdaptiveInterval(self._env.state_dir, self._env.num_nodes, env, record, history)
             interval = self._adaptive.update()  # at each attempt, from the rate published now
         self._interval: float | None = None if isinstance(interval, str) else interval
         self._total_steps = total_steps if isinstance(total_steps, int) and total_steps > 0 else None

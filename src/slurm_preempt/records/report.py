@@ -15,7 +15,7 @@ from pathlib import Path
 
 from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
-from slurm_preempt.job.interval import daly, young_daly
+from slurm_preempt.job.interval import checkpoint_interval, young_daly
 from slurm_preempt.records import history as hist
 from slurm_preempt.records.attempts import FINISHED_CAUSES, Attempt, JobHistory
 from slurm_preempt.records.leadtime import Lead, SourceLead, by_source, lead_lines, leads_of
@@ -174,8 +174,9 @@ def advise_interval(
         "checkpoint_seconds": round(checkpoint_seconds, 2),
         "mtbp_seconds": round(mtbp_seconds, 1),
         "young_seconds": round(young_daly(checkpoint_seconds, mtbp_seconds), 1),
-        "advised_seconds": round(daly(checkpoint_seconds, mtbp_seconds), 1),
-        "formula": "daly",  # the formulas live once, in job/interval.py
+        # Every preemption taken as unannounced: the advice holds without a watcher too.
+        "advised_seconds": round(checkpoint_interval(checkpoint_seconds, mtbp_seconds), 1),
+        "formula": "daly",  # the rule lives once, in job/interval.py
         "current_seconds": None if current_seconds is None else round(current_seconds, 1),
     }
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from slurm_preempt.job.interval import daly
+from slurm_preempt.job.interval import checkpoint_interval
 from slurm_preempt.simulate.spec import (
     FAST_RESTART_SECONDS,
     NOTICE_LATENCY_SECONDS,
@@ -50,22 +50,15 @@ def notice_usable(spec: JobSpec) -> bool:
 
 
 def recipe_interval(spec: JobSpec) -> float:
-    """Daly's interval for checkpoints that must cover every preemption."""
-    return _daly_or_floor(spec.checkpoint_seconds, job_mtbp(spec))
+    """The interval for checkpoints that must cover every preemption."""
+    return checkpoint_interval(spec.checkpoint_seconds, job_mtbp(spec))
 
 
 def toolkit_interval(spec: JobSpec) -> float:
-    """Daly's interval against the preemptions that no notice covers (all of them if a final
-    checkpoint does not fit in the notice); none when every preemption comes with a usable one."""
-    if not notice_usable(spec):
-        return recipe_interval(spec)
-    if spec.field.unannounced <= 0:
-        return math.inf
-    return _daly_or_floor(spec.checkpoint_seconds, job_mtbp(spec) / spec.field.unannounced)
-
-
-def _daly_or_floor(checkpoint: float, mtbp: float) -> float:
-    return max(daly(checkpoint, mtbp), 1.0)  # a free checkpoint still takes a step: at least 1 s
+    """The interval against the preemptions that no notice covers (all of them if a final checkpoint
+    does not fit in the notice): the rule a job's ``Run(interval="auto")`` follows, given the share."""
+    unannounced = spec.field.unannounced if notice_usable(spec) else 1.0
+    return checkpoint_interval(spec.checkpoint_seconds, job_mtbp(spec), unannounced)
 
 
 def strategies(spec: JobSpec) -> list[Strategy]:
