@@ -27,6 +27,16 @@ def release() -> str:
     return os.environ.get("SP_TEST_SLURM", versions.SYSTEM)
 
 
+def base_port() -> int:
+    """The session cluster's port (SP_TEST_PORT); a release's session runs 100 above the last."""
+    return int(os.environ.get("SP_TEST_PORT", "17300"))
+
+
+# Clusters a test module starts for itself (settings the session cluster must not have), each on its
+# own port above the session cluster's and in a folder beside it: one table, so that no two collide.
+OWN_CLUSTERS = {"launch": 30, "tuned": 40, "hooks": 50, "deadline": 60}
+
+
 def cluster_dir(port: int, suffix: str = "") -> Path:
     """Where a test cluster lives: SP_TEST_CLUSTER_DIR, else one folder per port and release (each
     release's slurmdbd upgrades the accounting database it finds, which an older one cannot read)."""
@@ -232,6 +242,29 @@ def running_cluster(spec: tc.ClusterSpec, workdir: Path) -> Iterator[ClusterHand
             yield ClusterHandle(state=state, workdir=workdir)
     finally:
         tc.down(spec.directory)
+
+
+@contextmanager
+def own_cluster(name: str, workdir: Path | None = None, **fields) -> Iterator[ClusterHandle]:
+    """A module's own cluster ``name`` (``OWN_CLUSTERS``), with ``fields`` of its ``ClusterSpec``. Jobs
+    work in ``workdir``, else in a fresh world-writable folder beside the cluster's (jobs of other users
+    must read their scripts and write their output: not under pytest's 0700 temporary folders)."""
+    import pytest
+
+    problem = slurm_problem()
+    if problem:
+        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
+    directory = cluster_dir(base_port(), f"-{name}")
+    spec = tc.ClusterSpec(
+        directory=directory, port=base_port() + OWN_CLUSTERS[name], slurm=release(), **fields
+    )
+    if workdir is None:
+        workdir = directory.with_name(directory.name + "-jobs")
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir()
+        os.chmod(workdir, 0o1777)
+    with running_cluster(spec, workdir) as handle:
+        yield handle
 
 
 def submit_generated(cl: ClusterHandle, work: Path, options: list[str], command: list[str]) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, release, running_cluster, slurm_problem
+from clusterutil import ClusterHandle, base_port, cluster_dir, release, running_cluster, slurm_problem
 from slurm_preempt.rehearsal import testcluster as tc
 from slurm_preempt.rehearsal import versions
 
@@ -94,7 +94,7 @@ def cluster(tmp_path_factory) -> ClusterHandle:
     problem = slurm_problem()
     if problem:
         pytest.skip(problem)  # a failure under CI=true, like every skip
-    port = int(os.environ.get("SP_TEST_PORT", "17300"))
+    port = base_port()
     spec = tc.ClusterSpec(
         directory=cluster_dir(port),
         port=port,

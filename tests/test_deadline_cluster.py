@@ -5,16 +5,13 @@ deadline comes back on preemptible nodes, never moved. Seconds each (``watch/dea
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from clusterutil import ClusterHandle, cluster_dir, release, running_cluster, slurm_problem, wait_for
+from clusterutil import ClusterHandle, own_cluster, wait_for
 from slurm_preempt import ledger, optin
-from slurm_preempt.rehearsal import testcluster
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.watch.sentstate import SentState
 from slurm_preempt.watch.settings import Settings
@@ -31,20 +28,8 @@ while true; do sleep 0.2; done
 
 
 @pytest.fixture(scope="module")
-def dcluster(tmp_path_factory):
-    problem = slurm_problem()
-    if problem:
-        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
-    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 60
-    directory = cluster_dir(port - 60, "-deadline")
-    spec = testcluster.ClusterSpec(
-        directory=directory, port=port, standard=1, preemptible=2, cpus=8, hooks=True, slurm=release()
-    )
-    workdir = directory.with_name(directory.name + "-jobs")
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir()
-    os.chmod(workdir, 0o1777)
-    with running_cluster(spec, workdir) as handle:
+def dcluster():
+    with own_cluster("deadline", standard=1, preemptible=2, cpus=8, hooks=True) as handle:
         yield handle
 
 

@@ -18,18 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import (
-    ClusterHandle,
-    cluster_dir,
-    lift_requeue_hold,
-    release,
-    running_cluster,
-    slurm_problem,
-    wait_for,
-)
+from clusterutil import ClusterHandle, lift_requeue_hold, own_cluster, release, wait_for
 from slurm_preempt import ledger
 from slurm_preempt.records import history, leadtime, report, timeline
-from slurm_preempt.rehearsal import accounting, testcluster
+from slurm_preempt.rehearsal import accounting
 from slurm_preempt.slurm.commands import Slurm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -50,28 +42,10 @@ def _can_account() -> bool:
 
 
 @pytest.fixture(scope="module")
-def hcluster(tmp_path_factory):
-    problem = slurm_problem()
-    if problem:
-        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
-    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 50
-    directory = cluster_dir(port - 50, "-hooks")
-    spec = testcluster.ClusterSpec(
-        directory=directory,
-        port=port,
-        standard=1,
-        preemptible=3,
-        cpus=8,
-        hooks=True,
-        accounting=_can_account(),
-        slurm=release(),
-    )
-    # Jobs of the test user must read their script and write their output: not under pytest's 0700 tmp.
-    workdir = directory.with_name(directory.name + "-jobs")
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir()
-    os.chmod(workdir, 0o1777)
-    with running_cluster(spec, workdir) as handle:
+def hcluster():
+    with own_cluster(
+        "hooks", standard=1, preemptible=3, cpus=8, hooks=True, accounting=_can_account()
+    ) as handle:
         yield handle
 
 

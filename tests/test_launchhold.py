@@ -11,13 +11,12 @@ import os
 
 import pytest
 
-from clusterutil import cluster_dir, release, running_cluster, slurm_problem, wait_for
+from clusterutil import own_cluster, wait_for
 from fakeslurm import Clock, FakeSlurm
 from hostileusers import MALLORY, as_user, ensure_user
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.records import history
-from slurm_preempt.rehearsal import testcluster
 from slurm_preempt.slurm import features
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
@@ -36,24 +35,11 @@ OPT_IN = "--comment=slurm-preempt:signal=USR1"
 
 @pytest.fixture(scope="module")
 def lcluster(tmp_path_factory):
-    problem = slurm_problem()
-    if problem:
-        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
-    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 30
-    directory = cluster_dir(port - 30, "-launch")
     marks = tmp_path_factory.mktemp("marks")
     prolog = marks / "prolog.sh"
     prolog.write_text(PROLOG.format(marks=marks))
     prolog.chmod(0o755)
-    spec = testcluster.ClusterSpec(
-        directory=directory,
-        port=port,
-        standard=1,
-        preemptible=2,
-        slurm=release(),
-        extra_conf=(f"Prolog={prolog}",),
-    )
-    with running_cluster(spec, marks) as handle:
+    with own_cluster("launch", marks, standard=1, preemptible=2, extra_conf=(f"Prolog={prolog}",)) as handle:
         yield handle
 
 

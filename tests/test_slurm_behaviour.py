@@ -14,9 +14,8 @@ import time
 
 import pytest
 
-from clusterutil import cluster_dir, release, requeue_second_over, running_cluster, slurm_problem, wait_for
+from clusterutil import own_cluster, requeue_second_over, wait_for
 from slurm_preempt.errors import SlurmError
-from slurm_preempt.rehearsal import testcluster
 from slurm_preempt.slurm import features
 
 pytestmark = pytest.mark.cluster
@@ -161,22 +160,16 @@ def test_percent_r_in_output_names_from_25_11(clean_cluster):
 
 
 # ------------------------------------------------------------------- requeue_delay and expedited requeue
-# A cluster of its own (SP_TEST_PORT+40) with both settings on: every release must start with them (older
-# ones ignore what they do not know), and each test asks features.py what the release does with them.
+# A cluster of its own (clusterutil.OWN_CLUSTERS) with both settings on: every release must start with
+# them (older ones ignore what they do not know), and each test asks features.py what the release does.
 TUNED = ("SchedulerParameters=requeue_delay=5", "SlurmctldParameters=enable_expedited_requeue")
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    problem = slurm_problem()
-    if problem:
-        pytest.skip(problem)  # a failure under CI=true (conftest), like every skip
-    port = int(os.environ.get("SP_TEST_PORT", "17300")) + 40
-    spec = testcluster.ClusterSpec(
-        directory=cluster_dir(port - 40, "-tuned"), port=port, standard=1, preemptible=2,
-        slurm=release(), extra_conf=TUNED,
-    )  # fmt: skip
-    with running_cluster(spec, tmp_path_factory.mktemp("tuned")) as handle:
+    with own_cluster(
+        "tuned", tmp_path_factory.mktemp("tuned"), standard=1, preemptible=2, extra_conf=TUNED
+    ) as handle:
         yield handle
 
 
