@@ -13,7 +13,7 @@ from slurm_preempt.job.adaptive import DEFAULT_SECONDS, ENV_POOL, AdaptiveInterv
 from slurm_preempt.job.environment import ENV_CHECKPOINT_INTERVAL
 from slurm_preempt.job.interval import checkpoint_interval, daly
 from slurm_preempt.job.resume import Run, Wiring
-from slurm_preempt.records import history
+from slurm_preempt.records import history, texts
 from slurm_preempt.watch.rate import RateTracker
 
 HOUR = 3600.0
@@ -110,7 +110,7 @@ def test_run_auto_shortens_its_interval_at_the_save_after_a_jump_and_history_sho
     assert [e["basis"] for e in recorded][-2:] == ["live rate", "live rate"]
     found = history.from_ledger("123", state, None)
     assert found.attempts[0].intervals[-2:] == [e["seconds"] for e in recorded][-2:]
-    assert "checkpoint interval" in history.history_text(found)
+    assert "checkpoint interval" in texts.history_text(found)
 
 
 def test_an_sbatch_auto_script_makes_a_run_without_cadence_adapt_from_its_number(tmp_path):

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from slurm_preempt.records import attempts, history
+from slurm_preempt.records import attempts, history, texts
 from slurm_preempt.slurm.sacct import AcctRecord
 
 T0 = datetime(2026, 12, 1, 6, 0, 0, tzinfo=timezone.utc)
@@ -132,7 +132,7 @@ def test_sacct_states_win_and_fill_gaps():
 
 def test_text_and_json_render():
     found = history.build("5", three_attempts())
-    text = history.history_text(found)
+    text = texts.history_text(found)
     assert "attempt 1  pre2" in text and "ended: node failure (preempted)" in text
     assert found.to_json()["attempts"][0]["lost_seconds"] == 60.0
 
@@ -188,7 +188,7 @@ def test_work_lost_is_one_figure_in_history_timeline_and_report(data_dir):
     found = history.from_ledger("28056304", data_dir / "ledger-self-requeue")
     figure = attempts.seconds_text(found.lost_seconds)
     assert figure == "0s"  # every preempted attempt left right after its final checkpoint
-    text = history.history_text(found)
+    text = texts.history_text(found)
     assert f"3 preemption(s), {figure} of work lost" in text
     for attempt in found.attempts:
         assert f"work lost {attempts.seconds_text(attempt.lost_seconds)}" in text
@@ -288,7 +288,7 @@ def test_history_says_who_wrote_each_event(tmp_path):
     found = history.from_ledger(job, tmp_path)
     assert found.events_by == {"root": 1, "owner": 1}
     assert found.attempts[0].notice_by == "owner"
-    text = history.history_text(found)
+    text = texts.history_text(found)
     assert "(from the job's owner)" in text and "events written by: job's owner 1, root 1" in text
     assert json.loads(json.dumps(found.to_json()))["attempts"][0]["notice_by"] == "owner"
 
@@ -321,7 +321,7 @@ def test_a_shrink_is_an_event_inside_its_attempt_with_its_cost():
     assert (shrink.nodes_before, shrink.nodes_after) == ("pre[1-3]", "pre[1-2]")
     assert shrink.running_again_at == T0 + timedelta(seconds=60) and shrink.cost_seconds == 9.5
     assert found.shrink_seconds == 9.5 and attempt.lost_seconds == 0 and not attempt.preempted
-    text = history.history_text(found)
+    text = texts.history_text(found)
     assert "1 attempt(s), 0 preemption(s)" in text and "shrank pre[1-3] -> pre[1-2]" in text
     assert "idle 9.5s, no requeue" in text
     assert found.to_json()["attempts"][0]["shrinks"][0]["cost_seconds"] == 9.5

@@ -20,7 +20,7 @@ import pytest
 
 from clusterutil import ClusterHandle, lift_requeue_hold, own_cluster, release, wait_for
 from slurm_preempt import ledger
-from slurm_preempt.records import history, leadtime, report, timeline
+from slurm_preempt.records import history, leadtime, report, texts, timeline
 from slurm_preempt.rehearsal import accounting
 from slurm_preempt.slurm.commands import Slurm
 
@@ -171,7 +171,7 @@ def test_three_attempts_history_report_timeline(hc, tmp_path):
     print("\n".join(leadtime.lead_lines(costs.leads)))  # shown with -s
     slurm_row = next(row for row in costs.leads if row.source == "slurm")
     assert slurm_row.notices >= 1 and 0 <= slurm_row.worst_seconds <= slurm_row.median_seconds
-    assert "lead time per notice source" in report.report_text(costs)
+    assert "lead time per notice source" in texts.report_text(costs)
     told = leadtime.attempt_lead(found.attempts[0])
     assert told is not None and told.source == "slurm" and not told.final_inside
     assert 0 <= told.seconds <= (found.attempts[0].end - found.attempts[0].start).total_seconds()

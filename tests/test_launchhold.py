@@ -16,7 +16,7 @@ from fakeslurm import Clock, FakeSlurm
 from hostileusers import MALLORY, as_user, ensure_user
 from slurm_preempt import ledger
 from slurm_preempt.errors import SlurmError
-from slurm_preempt.records import history
+from slurm_preempt.records import history, texts
 from slurm_preempt.slurm import features
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.parse import Job
@@ -94,7 +94,7 @@ def test_failed_launch_holds_the_job_and_the_watcher_moves_and_releases_it(lc):
     assert done.nodes == ("std1",) and done.features == "standard"
     [event] = [e for e in ledger.events(lc.spec.state_dir, job_id) if e["kind"] == "launch_held"]
     assert event["released"] and event["fallback"] == "standard" and not event["limit"]
-    text = history.history_text(history.from_ledger(job_id, lc.spec.state_dir))
+    text = texts.history_text(history.from_ledger(job_id, lc.spec.state_dir))
     assert "warning:" in text and "launch failed, held: moved to standard, released by the watcher" in text
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from slurm_preempt import ledger
 from slurm_preempt.cli import main
 from slurm_preempt.errors import ConfigError
-from slurm_preempt.records import history, report
+from slurm_preempt.records import history, report, texts
 from test_history import end, ev, start, three_attempts
 
 
@@ -115,7 +115,7 @@ def test_totals_give_figures_for_sbatch_auto_interval_and_failed_verdict():
     assert totals["mtbp_seconds"] == pytest.approx((100 + 30 + 100.5 + 30) / 2, abs=0.1)
     assert totals["checkpoint_seconds"] == 3.0
     assert result.jobs[1].verdict == "did not complete: failed (exit 2)"
-    assert "sbatch --checkpoint-interval auto" in report.report_text(result)
+    assert "sbatch --checkpoint-interval auto" in texts.report_text(result)
 
 
 def test_without_prices_the_cost_is_compared_in_node_hours_at_the_assumed_discount(data_dir):
@@ -128,7 +128,7 @@ def test_without_prices_the_cost_is_compared_in_node_hours_at_the_assumed_discou
     assert job.node_hours == pytest.approx(job.run_hours)  # one node, one CPU
     assert job.cost_fraction == pytest.approx(0.5)  # nothing lost: half the on-demand cost
     assert job.verdict.endswith("50% of the on-demand cost (assumed: preemptible at 50% of on-demand)")
-    text = report.report_text(result)
+    text = texts.report_text(result)
     row = next(line for line in text.splitlines() if line.lstrip().startswith("28056304"))
     assert row.split()[-3:] == [f"{job.node_hours / 2:.3f}*", f"{job.node_hours:.3f}*", "50%*"]
     assert "* assumed, no price configured: node-hours, preemptible at 50% of the on-demand price" in text
@@ -158,7 +158,7 @@ def test_prices_win_over_the_assumption():
     cost = report.job_cost(found, report.Prices.from_config({"gpu_hour_on_demand": 3.0}))
     assert cost.assumed_discount is None
     assert cost.cost_fraction == pytest.approx(cost.cost_preemptible / cost.cost_on_demand)
-    text = report.report_text(report.Report(jobs=[cost]))
+    text = texts.report_text(report.Report(jobs=[cost]))
     assert "*" not in text and "assumed" not in text
 
 
@@ -173,7 +173,8 @@ def test_total_ratio_is_taken_before_rounding():
 def test_one_unreadable_ledger_is_skipped_and_counted_never_the_report(tmp_path):
     """Finding 9: one job's hostile ledger (its folder is its user's) broke `report` for everyone."""
     from slurm_preempt.records.prices import Prices
-    from slurm_preempt.records.report import build_report, report_text
+    from slurm_preempt.records.report import build_report
+    from slurm_preempt.records.texts import report_text
 
     _ledger_from(tmp_path, "5", three_attempts())
     _ledger_from(tmp_path, "6", three_attempts())
@@ -204,7 +205,7 @@ def test_a_job_whose_history_raises_is_skipped_and_named(tmp_path, monkeypatch):
     monkeypatch.setattr(reportmod.hist, "from_ledger", from_ledger)
     report = reportmod.build_report(tmp_path, Prices())
     assert [j.job_id for j in report.jobs] == ["5"] and report.unreadable == {"6": "ValueError: hostile"}
-    assert "1 job(s) skipped" in reportmod.report_text(report)
+    assert "1 job(s) skipped" in texts.report_text(report)
     assert report.to_json()["unreadable"] == {"6": "ValueError: hostile"}
 
 
@@ -225,7 +226,7 @@ def test_report_says_which_events_the_jobs_owner_wrote(tmp_path):
     os.chown(saved, mallory, mallory)
     built = report.build_report(tmp_path, report.Prices.from_config({}))
     assert built.jobs[0].to_json()["events_by"] == {"root": 1, "owner": 1}
-    assert "1 of its events written by the job's owner, not root" in report.report_text(built)
+    assert "1 of its events written by the job's owner, not root" in texts.report_text(built)
 
 
 def test_report_prints_the_live_preemption_rate_with_its_window_and_count(tmp_path, monkeypatch):

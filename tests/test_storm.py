@@ -8,7 +8,7 @@ from datetime import timedelta
 from fakeslurm import T0
 from slurm_preempt import ledger, optin
 from slurm_preempt.notice import to_text
-from slurm_preempt.records import history
+from slurm_preempt.records import history, texts
 from slurm_preempt.watch.storm import storm
 from watchworld import OPTED
 
@@ -68,5 +68,5 @@ def test_watcher_moves_a_storming_job_once_and_history_says_why(world):
     assert moved == [{"job_id": "8", "features": "standard"}]
     [record] = [e for e in ledger.events(world.state_dir, "8") if e["kind"] == "fallback"]
     assert record["why"].startswith("restart storm: 2 attempts")
-    text = history.history_text(history.from_ledger("8", world.state_dir, None))
+    text = texts.history_text(history.from_ledger("8", world.state_dir, None))
     assert "moved to standard: restart storm: 2 attempts in a row" in text

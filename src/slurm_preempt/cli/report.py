@@ -10,6 +10,7 @@ from slurm_preempt.cli._output import echo_json, json_option
 from slurm_preempt.errors import UsageError
 from slurm_preempt.records import history as histories
 from slurm_preempt.records import report as reports
+from slurm_preempt.records import texts
 
 state_dir_option = click.option(
     "--state-dir",
@@ -50,7 +51,7 @@ def history(job_id, state_dir, no_sacct, timeline, as_json):
     if as_json:
         echo_json(found.to_json())
     else:
-        click.echo(histories.history_text(found))
+        click.echo(texts.history_text(found))
         if timeline is not None:
             click.echo(f"timeline written to {timeline}")
 
@@ -74,4 +75,4 @@ def report(state_dir, no_sacct, since, user, partition, as_json):
     if as_json:
         echo_json(result.to_json())
     else:
-        click.echo(reports.report_text(result))
+        click.echo(texts.report_text(result))

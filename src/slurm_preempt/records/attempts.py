@@ -166,3 +166,8 @@ def seconds_text(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def clock_text(moment: datetime | None) -> str:
+    """A moment as history and report print it (UTC, to the second); ``-`` when not known."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"

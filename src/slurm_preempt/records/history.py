@@ -24,7 +24,7 @@ from slurm_preempt import ledger
 from slurm_preempt.errors import UsageError
 from slurm_preempt.notice import from_text
 from slurm_preempt.records import shrinks
-from slurm_preempt.records.attempts import ACCT_CAUSES, ENDED_ZERO, Attempt, JobHistory, seconds_text
+from slurm_preempt.records.attempts import ACCT_CAUSES, ENDED_ZERO, Attempt, JobHistory, clock_text
 from slurm_preempt.records.leadtime import NOTICE_SOURCES
 from slurm_preempt.slurm.parse import expand_nodes
 from slurm_preempt.slurm.sacct import AcctRecord
@@ -94,7 +94,7 @@ def _add_move(history: JobHistory, _attempts, event: dict) -> None:
     moment, after, why = _time(event), event.get("after"), str(event.get("why", ""))
     where = after if isinstance(after, str) and _CONSTRAINT.fullmatch(after) else "its fallback nodes"
     reason = "".join(ch for ch in why if ch.isprintable())[:300]
-    history.moves.append(f"{_clock(moment)} moved to {where}: {reason}")
+    history.moves.append(f"{clock_text(moment)} moved to {where}: {reason}")
 
 
 _CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|!-]{1,64}")
@@ -373,65 +373,3 @@ def task_job_id(task: str, slurm, use_sacct: bool = True) -> str | None:
     except SlurmError:
         return None
     return next((row.job_id for row in rows if row.display_id == task), None)
-
-
-def _clock(moment: datetime | None) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
-
-
-def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def history_text(history: JobHistory) -> str:
-    """Human lines: one block per attempt (times in UTC)."""
-    source = "ledger + sacct -D" if history.accounting else "ledger only (no accounting)"
-    head = f"job {history.job_id}"
-    if history.user:
-        head += f"  user {history.user}"
-    if history.partition:
-        head += f"  partition {history.partition}"
-    if history.constraints:
-        head += f"  constraint {history.constraints}"
-    preemptions = sum(1 for a in history.attempts if a.preempted)
-    lines = [
-        head,
-        f"{len(history.attempts)} attempt(s), {preemptions} preemption(s), "
-        f"{seconds_text(history.lost_seconds)} of work lost; from {source}; times UTC",
-        "",
-    ]
-    for a in history.attempts:
-        lines.append(
-            f"attempt {a.number}  {','.join(a.nodes) or '?'}  {_clock(a.start)} -> {_clock(a.end)}"
-            f"  ran {_span(a.run_seconds)}"
-        )
-        lines.append(f"  ended: {a.cause}" + (f" (exit {a.exit_code})" if a.exit_code else ""))
-        if a.notice_time or a.deadline:
-            by = f"  (from the {_WRITERS[a.notice_by]})" if a.notice_by in ("writer", "owner") else ""
-            lines.append(f"  notice {_clock(a.notice_time)}  deadline {_clock(a.deadline)}{by}")
-        lines.append(
-            f"  checkpoints {len(a.checkpoints)}, last {_clock(a.last_checkpoint)}"
-            f"  work lost {seconds_text(a.lost_seconds)}"
-        )
-        if a.intervals:
-            lines.append("  checkpoint interval " + " -> ".join(f"{s:.0f} s" for s in a.intervals))
-        lines += [f"  {shrinks.text(shrink, _clock)}" for shrink in a.shrinks]
-        if a.wait_before is not None:
-            lines.append(f"  waited {_span(a.wait_before)} before it started")
-    lines += [f"moved: {move}" for move in history.moves]
-    for warning in history.warnings:
-        lines.append(f"warning: {warning}")
-    written = [f"{_WRITERS[w]} {n}" for w, n in sorted(history.events_by.items()) if w in _WRITERS]
-    if written:
-        lines.append("events written by: " + ", ".join(written))
-    if history.ignored_events:
-        lines.append(f"\n{history.ignored_events} event(s) ignored: not written by root or the job's owner")
-    return "\n".join(lines)
-
-
-# Who wrote an event (ledger.written_by), as history says it: a notice of the job's own sidecar is
-# the job's owner's word, not the cluster watcher's.
-_WRITERS = {"root": "root", "writer": "SlurmUser", "owner": "job's owner"}

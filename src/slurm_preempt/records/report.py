@@ -18,7 +18,7 @@ from slurm_preempt.errors import UsageError
 from slurm_preempt.job.interval import checkpoint_interval, young_daly
 from slurm_preempt.records import history as hist
 from slurm_preempt.records.attempts import FINISHED_CAUSES, Attempt, JobHistory
-from slurm_preempt.records.leadtime import Lead, SourceLead, by_source, lead_lines, leads_of
+from slurm_preempt.records.leadtime import Lead, SourceLead, by_source, leads_of
 from slurm_preempt.records.prices import Prices, assumed_fraction, assumption
 
 
@@ -328,95 +328,3 @@ def run_report(
     found = build_report(folder, prices, Slurm() if use_sacct else None, moment, user, partition)
     found.live_rate = rate.read_published(folder)
     return found
-
-
-def _hours(value: float) -> str:
-    return f"{value:.3f}"
-
-
-def _cost(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}" if value >= 1 else f"{value:.4f}"
-
-
-def _cost_cells(money: tuple, node_hours: float, lost_node_hours: float, discount, fraction) -> tuple:
-    """preemptible, on-demand and their ratio: money, or node-hours marked * (assumed discount)."""
-    ratio = "-" if fraction is None else f"{fraction:.0%}"
-    if discount is None:
-        return _cost(money[0]), _cost(money[1]), ratio
-    pre, on_demand = node_hours * (1 - discount), node_hours - lost_node_hours
-    return f"{_hours(pre)}*", f"{_hours(on_demand)}*", f"{ratio}*"
-
-
-def _assumption_note(discount: float) -> str:
-    return (
-        f"* assumed, no price configured: node-hours, preemptible at {1 - discount:.0%} of the on-demand "
-        "price (preemptible_discount,\n  0.5 by default); set [report] gpu_hour_on_demand or "
-        "cpu_hour_on_demand to compare money (docs/report.md)"
-    )
-
-
-def report_text(report: Report) -> str:
-    from slurm_preempt.watch.rate import describe
-
-    return "\n\n".join(part for part in (_jobs_text(report), "\n".join(describe(report.live_rate))) if part)
-
-
-def _jobs_text(report: Report) -> str:
-    source = "ledger + sacct -D" if report.accounting else "ledger only (no accounting)"
-    if not report.jobs:
-        return f"no jobs recorded ({source})"
-    unit = report.jobs[0].unit if len({j.unit for j in report.jobs}) == 1 else "resource-hours"
-    head = (
-        f"{'job':>10} {'user':<10} {'att':>3} {'pre':>3} {'run ' + unit:>16} {'lost':>8} {'waited':>8} "
-        f"{'goodput':>7} {'preemptible':>11} {'on-demand':>9} {'ratio':>6}"
-    )
-    lines = [f"{len(report.jobs)} job(s), from {source}", "", head]
-    for j in report.jobs:
-        money = (j.cost_preemptible, j.cost_on_demand)
-        cells = _cost_cells(money, j.node_hours, j.lost_node_hours, j.assumed_discount, j.cost_fraction)
-        lines.append(
-            f"{j.job_id:>10} {j.user[:10]:<10} {j.attempts:>3} {j.preemptions:>3} "
-            f"{_hours(j.run_hours):>16} {_hours(j.lost_hours):>8} {j.waited_seconds:>7.0f}s "
-            f"{100 * j.goodput:>6.0f}% {cells[0]:>11} {cells[1]:>9} {cells[2]:>6}"
-        )
-    t = report.totals()
-    money = (t["cost_preemptible"], t["cost_on_demand"])
-    cells = _cost_cells(
-        money, t["node_hours"], t["lost_node_hours"], t["assumed_discount"], t["cost_fraction"]
-    )
-    lines.append(
-        f"{'total':>10} {'':<10} {t['attempts']:>3} {t['preemptions']:>3} {_hours(t['run_hours']):>16} "
-        f"{_hours(t['lost_hours']):>8} {t['waited_seconds']:>7.0f}s {100 * t['goodput']:>6.0f}% "
-        f"{cells[0]:>11} {cells[1]:>9} {cells[2]:>6}"
-    )
-    if t["assumed_discount"] is not None:
-        lines.append(_assumption_note(t["assumed_discount"]))
-    lines.append("")
-    for j in report.jobs:
-        lines.append(f"job {j.job_id}: {j.verdict}")
-        if j.events_by.get("owner"):  # the job's owner's say-so counts in its figures: say so
-            lines.append(f"  {j.events_by['owner']} of its events written by the job's owner, not root")
-        if j.shrinks:
-            lines.append(f"  shrank in place {j.shrinks} time(s), no requeue: idle {j.shrink_seconds:.1f}s")
-        advice = j.interval_advice
-        if advice:
-            lines.append(
-                f"  checkpoint every ~{advice['advised_seconds']:.0f}s ({advice['formula']}: "
-                f"checkpoint {advice['checkpoint_seconds']}s, mean time between preemptions "
-                f"{advice['mtbp_seconds']:.0f}s)"
-            )
-    lead = lead_lines(report.leads)
-    if lead:
-        lines += ["", *lead]
-    if report.unreadable:
-        lines.append(f"\n{len(report.unreadable)} job(s) skipped, their ledger unreadable: " + ", ".join(
-            f"{job_id} ({why})" for job_id, why in sorted(report.unreadable.items())[:10]))  # fmt: skip
-    if t["mtbp_seconds"]:
-        lines.append(
-            f"\nmean time between preemptions {t['mtbp_seconds']:.0f}s over all jobs"
-            + (f", one checkpoint {t['checkpoint_seconds']}s" if t["checkpoint_seconds"] else "")
-            + ": use them with `slurm-preempt sbatch --checkpoint-interval auto`"
-        )
-    return "\n".join(lines)
