@@ -33,6 +33,7 @@ pytestmark = [
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_sharded.py"
 STEPS, EVERY = 240, 20
+LONG_STEPS = 1600  # 80 s of training at least: still running after a drill of SHRINK_GRACE
 GRACE = 10.0
 # A shrink must be done before the removal: the attempt's step ends (every agent and rank exits), then
 # `resume shrink` asks Slurm, updates the job and checks it. That took 2.8 s on an idle machine and 5 s
@@ -251,13 +252,13 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
 
 
-def _srun_range_job(cl, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+def _srun_range_job(cl, tmp_path: Path, name: str, steps: int = STEPS) -> tuple[str, Path, Path]:
     work, result = tmp_path / name, tmp_path / name / "result.json"
     # No --ntasks-per-node: with it sbatch asks for MIN tasks, and Slurm allocates only MIN nodes;
     # without it each srun runs one task per node of the allocation.
     options = ["--job-name", name, "--nodes", "2-3",
                "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
-    return submit_generated(cl, work, options, ["srun", *_train(result)]), work, result
+    return submit_generated(cl, work, options, ["srun", *_train(result, steps)]), work, result
 
 
 def test_srun_multitask_job_shrinks_in_place(clean_cluster, shrink_watcher, tmp_path):
@@ -279,18 +280,20 @@ def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, s
     """3 -> 2 on a first drain; then one of the two drains: the watcher tells the job again (it no longer
     holds the first node), and with 1 node left, fewer than MIN, the job requeues from its checkpoint."""
     cl = clean_cluster
-    job_id, work, result = _srun_range_job(cl, tmp_path, "twice")
+    # Long enough to be still running after the first drill, which lasts until that node's removal.
+    job_id, work, result = _srun_range_job(cl, tmp_path, "twice", LONG_STEPS)
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
     event = _drill(cl, job_id, first.nodes[2], work, SHRINK_GRACE)
     _check_shrunk_in_place(cl, job_id, event, first.nodes[2])
-    wait_for(lambda: _has(cl, job_id, "checkpoint_saved") and cl.slurm.job(job_id).running, 60, what="run")
+    again = wait_for(lambda: _has(cl, job_id, "checkpoint_saved") and cl.slurm.job(job_id), 60, what="run")
+    assert again.running, f"job {job_id} is {again.state} before the second drain: give it more steps"
     second = _drill(cl, job_id, first.nodes[1], work, SHRINK_GRACE)
     assert second.jobs[job_id].requeued_at is not None, second.jobs[job_id]
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
     got = json.loads(result.read_text())
-    assert got["value"] == reference() and got["attempt"] == 2
+    assert got["value"] == reference(LONG_STEPS) and got["attempt"] == 2
     kinds = [e["kind"] for e in ledger.events(cl.spec.state_dir, job_id)]
     assert kinds.count("shrunk") == 1 and kinds.count("requeued") == 1, kinds
     log = _job_log(work, "twice", job_id)
