@@ -17,7 +17,8 @@ over all runs and over the runs with as many preemptions as the drill had (the d
 Poisson count; the second comparison removes that luck and tests the per-preemption model).
 
     .venv/bin/python bench/run.py --only simulate [--quick]
-    SP_BENCH_PORT=18500 .venv/bin/python bench/bench_simulate.py [--quick] [--slurm 24.11]
+    SP_BENCH_PORT=18500 .venv/bin/python bench/bench_simulate.py [--quick] [--slurm 24.11] [--seed N]
+    SP_BENCH_PORT=18500 .venv/bin/python bench/bench_simulate.py --rate-jump 100:4   # mtbp 60 s -> 15 s
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def _times(events: list[dict], kind: str, **match) -> list[tuple[float, dict]]:
     ]
 
 
-def _drill(state, work: Path, steps: int, seed: int) -> dict:
-    """The job under Poisson preemptions of its node, the watcher telling it; what was measured."""
+def _drill(state, work: Path, steps: int, seed: int, jump: tuple[float, float] | None) -> dict:
+    """The job under Poisson preemptions of its node, the watcher telling it; what was measured.
+    ``jump``: (seconds after the job first runs, factor): from then on the rate is that many times."""
     env = {**os.environ, **state.env()}
     slurm = state.slurm(timeout=30)
     subprocess.run(
@@ -77,16 +79,19 @@ def _drill(state, work: Path, steps: int, seed: int) -> dict:
         began = last = time.time()
         runner = drill.Drill(slurm, drill.node_ops(slurm, allow_real=False), state.spec.state_dir, tick=0.1)
         rng = random.Random(seed)
-        exposure, next_at = 0.0, rng.expovariate(1 / MTBP)
+        exposure, next_at, rate = 0.0, rng.expovariate(1 / MTBP), 1 / MTBP
         while not (work / "result.json").exists():
             now = time.time()
+            if jump and rate == 1 / MTBP and now - began >= jump[0]:  # memoryless: draw again
+                rate = jump[1] / MTBP
+                exposure, next_at = 0.0, rng.expovariate(rate)
             job = slurm.job(job_id)
             busy = {n for e in runner.events if e.removed_at is None for n in e.nodes}
             running = bool(job and job.running and not busy & set(job.nodes))
             exposure += now - last if running else 0.0  # Poisson in the job's running time
             if running and exposure >= next_at and job:
                 runner.start_event(job.nodes, GRACE, 1, drill.DEFAULT_REASON)
-                exposure, next_at = 0.0, rng.expovariate(1 / MTBP)
+                exposure, next_at = 0.0, rng.expovariate(rate)
             runner.step(now)
             last = now
             time.sleep(0.1)
@@ -129,7 +134,7 @@ def _measured(state, job_id: str, runner: drill.Drill, wall: float, steps: int) 
     }
 
 
-def predicted(measured: dict, runs: int = RUNS, seed: int = 1) -> dict:
+def predicted(measured: dict, jump: tuple[float, float] | None, runs: int = RUNS, seed: int = 1) -> dict:
     """The simulator, given what the drill measured."""
     phases = measured["phases"]
     start = phases["start"] or [0.0]
@@ -145,7 +150,12 @@ def predicted(measured: dict, runs: int = RUNS, seed: int = 1) -> dict:
         checkpoint_seconds=measured["checkpoint"],
         restart_seconds=(min(start), max(start)),
         notice_seconds=GRACE,
-        field=Field(mtbp_hours=MTBP / HOUR, unannounced=0.0),
+        field=Field(
+            mtbp_hours=MTBP / HOUR,
+            unannounced=0.0,
+            jump_hour=jump[0] / HOUR if jump else None,
+            jump_factor=jump[1] if jump else 1.0,
+        ),
     )
     strategy = Strategy(
         "toolkit", "slurm-preempt", measured["interval"], notices=True,
@@ -170,7 +180,9 @@ def _spread(values) -> dict:
     return {"median": at(0.5), "p5": at(0.05), "p95": at(0.95)}
 
 
-def run(quick: bool = False, slurm: str = versions.SYSTEM, seed: int = 11) -> list[dict]:
+def run(
+    quick: bool = False, slurm: str = versions.SYSTEM, seed: int = 11, jump: tuple[float, float] | None = None
+) -> list[dict]:
     if os.geteuid() != 0:
         raise RuntimeError("needs root and Slurm (it starts a local cluster)")
     steps = 2400 if quick else 4000
@@ -182,15 +194,18 @@ def run(quick: bool = False, slurm: str = versions.SYSTEM, seed: int = 11) -> li
     try:
         os.environ.update(state.env())
         (folder / "job").mkdir()
-        measured = _drill(state, folder / "job", steps, seed)
+        measured = _drill(state, folder / "job", steps, seed, jump)
     finally:
         testcluster.down(spec.directory)
-    model = predicted(measured)
+    model = predicted(measured, jump)
     print(json.dumps({"measured": measured, "predicted": model}), file=sys.stderr)
-    return _rows(measured, model, slurm)
+    field = f", rate x{jump[1]:g} from {jump[0]:g} s" if jump else ""
+    return _rows(
+        measured, model, f"{measured['preemptions']} preemptions, mtbp {MTBP:g} s{field}, Slurm {slurm}"
+    )
 
 
-def _rows(measured: dict, model: dict, slurm: str) -> list[dict]:
+def _rows(measured: dict, model: dict, drilled: str) -> list[dict]:
     rows = []
     for key, what in (("wall", "completion time"), ("held", "node-hours held")):
         for scope, found in (("all runs", model[key]), ("same preemption count", model[f"{key}_same_count"])):
@@ -198,7 +213,7 @@ def _rows(measured: dict, model: dict, slurm: str) -> list[dict]:
                 continue
             ratio = measured[key] / found["median"]
             rows.append({
-                "name": f"drill ({measured['preemptions']} preemptions, Slurm {slurm}) {what} vs simulate, "
+                "name": f"drill ({drilled}) {what} vs simulate, "
                         f"{scope} (p5-p95 {found['p5']:.0f}-{found['p95']:.0f} s)",
                 "value": round(measured[key], 1), "unit": "s", "baseline": round(found["median"], 1),
                 "ratio": round(ratio, 3), "target": f"within {AGREEMENT:.0%}: {abs(ratio - 1) <= AGREEMENT}",
@@ -225,6 +240,10 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--slurm", default=versions.SYSTEM)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--rate-jump", metavar="SECONDS:FACTOR", help="the rate jumps, as simulate's --rate-jump"
+    )
     args = parser.parse_args()
-    for row in run(args.quick, args.slurm, args.seed):
+    at, _, factor = (args.rate_jump or "").partition(":")
+    for row in run(args.quick, args.slurm, args.seed, (float(at), float(factor)) if args.rate_jump else None):
         print(json.dumps(row))
