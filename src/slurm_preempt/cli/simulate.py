@@ -112,7 +112,7 @@ def _job(given: dict) -> spec.JobSpec:
     return spec.JobSpec(
         work_hours=figure("work_hours"),
         nodes=nodes,
-        min_nodes=None if min_nodes is None else _whole("--min-nodes", min_nodes, nodes),
+        min_nodes=None if min_nodes is None else _whole("--min-nodes", min_nodes, spec.MAX_NODES),
         checkpoint_seconds=figure("checkpoint_seconds"),
         restart_seconds=spec.restart_range(given["restart_seconds"]),
         notice_seconds=figure("notice_seconds"),
