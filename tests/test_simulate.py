@@ -192,6 +192,11 @@ def test_cli_prints_the_table_json_and_an_svg(tmp_path):
         ["--discount", "1.5"],
         ["--runs", "-4"],
         ["--trace", "/nonexistent/trace"],
+        ["--min-nodes", "5"],
+        ["--min-nodes", "0"],
+        ["--min-nodes", "nan"],
+        ["--min-nodes", "1.5"],
+        ["--shrink-restart-seconds", "-1"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(extra):
@@ -205,3 +210,87 @@ def test_ten_thousand_runs_take_seconds():
     started = time.perf_counter()
     engine.simulate(spec, strategies(spec)[1], 10_000, seed=1)
     print(f"10,000 runs of the reference job, plain recipe: {time.perf_counter() - started:.2f} s")
+
+
+# ------------------------------------------------------------------------------ the shrink in place
+
+
+def _shrink_spec(**changes) -> JobSpec:
+    return JobSpec(**{**REFERENCE, "field": Field(mtbp_hours=2.0), **changes})
+
+
+def test_min_nodes_equal_to_nodes_leaves_every_figure_exactly_as_without_it():
+    without = results.run_all(_shrink_spec(), 1000, seed=1)
+    assert results.run_all(_shrink_spec(min_nodes=4), 1000, seed=1) == without
+    assert all(s.mean_shrinks == 0 for s in without)
+    table = results.table(_shrink_spec(min_nodes=4), without, 1000, 1)
+    assert table == results.table(_shrink_spec(), without, 1000, 1) and "shrunk" not in table
+
+
+def test_shrink_rows_come_after_the_others_which_keep_their_figures():
+    without = results.run_all(_shrink_spec(), 1000, seed=1)
+    shrinking = results.run_all(_shrink_spec(min_nodes=2), 1000, seed=1)
+    assert shrinking[:-1] == without
+    row = shrinking[-1]
+    print(f"reference job, shrink to 2: {row.cost_fraction:.3f} of on-demand, {row.mean_shrinks:.1f} shrinks")
+    assert row.label == "slurm-preempt, shrink to 2" and row.mean_shrinks > 0
+    toolkit = next(s for s in without if s.name == "toolkit")
+    # Fewer requeues, each a 3-5 min restart on all nodes, for a 19 s restart on the survivors ...
+    assert (row.cost_fraction or 1) < (toolkit.cost_fraction or 0)
+    assert row.held_shares["restarts"] < toolkit.held_shares["restarts"]
+    # ... and, without grow-back, slower: the job computes on fewer nodes until it is requeued.
+    assert row.median_hours > toolkit.median_hours  # type: ignore[operator]
+
+
+def test_only_a_told_preemption_of_a_node_other_than_the_batch_host_shrinks():
+    """Two nodes, shrink to one: each attempt's first told preemption takes the batch host one time in
+    two (requeue), else the job goes on alone, and the next preemption (at the minimum) requeues."""
+    spec = _shrink_spec(nodes=2, min_nodes=1, field=Field(mtbp_hours=2.0, unannounced=0.0))
+    shrink = strategies(spec)[-1]
+    runs = engine.simulate(spec, shrink, 3000, seed=5)
+    shrinks, requeues = runs.shrinks.sum(), (runs.preemptions - runs.shrinks).sum()
+    print(f"{shrinks} shrinks for {requeues} requeues")
+    assert shrinks / requeues == pytest.approx(0.5, rel=0.05)
+    unannounced = _shrink_spec(nodes=2, min_nodes=1, field=Field(mtbp_hours=2.0, unannounced=1.0))
+    assert engine.simulate(unannounced, shrink, 300, seed=5).shrinks.sum() == 0
+    mass_only = _shrink_spec(min_nodes=2, field=Field(mtbp_hours=1e5, mass_drain_hours=2.0))
+    runs = engine.simulate(mass_only, strategies(mass_only)[-1], 300, seed=5)
+    # A mass drain requeues; the rare single preemption (one node in 10^5 h) may still shrink.
+    assert runs.preemptions.sum() > 1000 and runs.shrinks.sum() < runs.preemptions.sum() / 1000
+
+
+def test_a_free_shrink_costs_the_same_node_hours_for_the_same_work():
+    """Linear scaling: on 3 of 4 nodes the job computes at 3/4 of its speed and pays 3 nodes, so with
+    free restarts and checkpoints the shrinking job pays what the requeueing one pays, and takes longer."""
+    free = _shrink_spec(
+        min_nodes=2,
+        checkpoint_seconds=0.0,
+        restart_seconds=(0.0, 0.0),
+        shrink_restart_seconds=0.0,
+        field=Field(mtbp_hours=2.0, unannounced=0.0),
+    )
+    found = {s.name: s for s in results.run_all(free, 500, seed=3)}
+    shrink, toolkit = found["toolkit-shrink"], found["toolkit"]
+    assert shrink.mean_shrinks > 10
+    assert shrink.held_shares["restarts"] == 0 and shrink.held_shares["lost"] == pytest.approx(0, abs=1e-9)
+    # What separates them is the final checkpoint's notice latency (0.86 s) per preemption.
+    assert shrink.cost_fraction == pytest.approx(toolkit.cost_fraction, rel=0.002)
+    assert shrink.median_hours > toolkit.median_hours * 1.2  # type: ignore[operator]
+
+
+def test_cli_shrink_rows_in_the_table_json_and_svg(tmp_path):
+    svg = tmp_path / "cost.svg"
+    result = CliRunner().invoke(main, [*ARGS, "--min-nodes", "1", "--json", "--svg", str(svg)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["job"]["min_nodes"] == 1 and data["measured"]["shrink_restart_seconds_default"] > 0
+    last = data["strategies"][-1]
+    assert last["name"] == "toolkit-shrink" and set(last["held_shares"]) == {
+        "work",
+        "checkpoints",
+        "restarts",
+        "lost",
+    }
+    assert "slurm-preempt, shrink to 1" in svg.read_text()
+    table = CliRunner().invoke(main, [*ARGS, "--min-nodes", "1"])
+    assert "shrunk" in table.output and "shrinks in place to 1" in table.output

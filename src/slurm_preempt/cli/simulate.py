@@ -21,6 +21,7 @@ class _DEFAULT:
     fallback_after = f"{spec.Policy.fallback_after:g}"
     fallback_pending_minutes = f"{spec.Policy.fallback_pending_minutes:g}"
     deadline_margin = f"{spec.Policy.deadline_margin:g}"
+    shrink_restart_seconds = f"{spec.JobSpec.shrink_restart_seconds:g}"
 
 
 def _option(name: str, help_text: str, default: str | None = None):
@@ -34,6 +35,16 @@ def _option(name: str, help_text: str, default: str | None = None):
 @_option("--restart-seconds", "Seconds from running again to computing again: N or LOW-HIGH.", "0")
 @_option(
     "--notice-seconds", "Seconds from drain to removal (the provider's notice).", _DEFAULT.notice_seconds
+)
+@_option(
+    "--min-nodes",
+    "Shrink in place down to N nodes at a told preemption of a node other than the batch host "
+    "(elastic --nodes=MIN-MAX job; linear scaling). Default: the job's --nodes, no shrink.",
+)
+@_option(
+    "--shrink-restart-seconds",
+    "Seconds from the final checkpoint to computing again on the survivors (measured).",
+    _DEFAULT.shrink_restart_seconds,
 )
 @_option("--mtbp", "Mean hours between preemptions of one node.")
 @click.option("--trace", type=click.Path(path_type=Path), help="Preemption times, one per line: TIME [NODE].")
@@ -74,6 +85,8 @@ def command(svg_path, seed, as_json, **given):
     Example:
       slurm-preempt simulate --work-hours 100 --nodes 4 --mtbp 2 --checkpoint-seconds 60 \\
           --restart-seconds 180-300 --deadline-hours 130
+      slurm-preempt simulate --work-hours 100 --nodes 4 --mtbp 2 --checkpoint-seconds 60 \\
+          --restart-seconds 180-300 --min-nodes 2
       slurm-preempt simulate --work-hours 10 --trace preemptions.txt --checkpoint-seconds 30 --json
     """
     job = _job(given)
@@ -94,12 +107,16 @@ def _job(given: dict) -> spec.JobSpec:
         if given[required] is None:
             raise UsageError(f"--{required.replace('_', '-')} is required")
     figure = _figures(given)
+    nodes = _whole("--nodes", figure("nodes"), spec.MAX_NODES)
+    min_nodes = figure("min_nodes")
     return spec.JobSpec(
         work_hours=figure("work_hours"),
-        nodes=_whole("--nodes", figure("nodes"), spec.MAX_NODES),
+        nodes=nodes,
+        min_nodes=None if min_nodes is None else _whole("--min-nodes", min_nodes, spec.MAX_NODES),
         checkpoint_seconds=figure("checkpoint_seconds"),
         restart_seconds=spec.restart_range(given["restart_seconds"]),
         notice_seconds=figure("notice_seconds"),
+        shrink_restart_seconds=figure("shrink_restart_seconds"),
         deadline_hours=figure("deadline_hours"),
         field=_field(given, figure),
         prices=spec.Prices(

@@ -14,6 +14,13 @@ The model (the same as Daly's, 2006, plus what a notice and a watcher change):
   nothing, unless the preemption came unannounced or the checkpoint does not fit in the notice;
 - between attempts the job waits (unpaid): Slurm's requeue hold, or the toolkit's fast restart, plus
   the capacity shortage after a mass drain; the watcher's fallback may then move it to on-demand.
+- with a minimum of nodes under the job's (an elastic ``--nodes=MIN-MAX`` job, job/shrink.py), a told
+  preemption of one node that is not the batch host (one chance in the width) and leaves at least MIN
+  nodes shrinks the job in place: the final checkpoint, then the same attempt goes on one node fewer
+  after the measured shrink restart, with no requeue or capacity wait. Scaling is taken as linear: on
+  ``w`` of ``n`` nodes the job computes at ``w / n`` of its speed, pays ``w`` nodes and is preempted at
+  ``w`` times the per-node rate. There is no grow-back: only a requeue (at MIN, unannounced, a mass
+  drain, the batch host) gives the next attempt all its nodes again.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ class Runs:
     held_spot: Array  # seconds the job held preemptible nodes
     held_on_demand: Array
     preemptions: Array
+    shrinks: Array  # preemptions survived in place, on fewer nodes
+    restarting: Array  # held seconds spent restarting (in the job's full node count)
+    checkpointing: Array  # held seconds spent on periodic and final checkpoints
     on_demand: Array  # moved (or started) on standard nodes
     moved: Array
     active: Array
@@ -59,6 +69,9 @@ class Runs:
             held_spot=zeros.copy(),
             held_on_demand=zeros.copy(),
             preemptions=np.zeros(count, dtype=np.int64),
+            shrinks=np.zeros(count, dtype=np.int64),
+            restarting=zeros.copy(),
+            checkpointing=zeros.copy(),
             on_demand=np.full(count, on_demand),
             moved=np.zeros(count, dtype=bool),
             active=np.ones(count, dtype=bool),
@@ -88,41 +101,89 @@ def simulate(spec: JobSpec, strategy: Strategy, count: int, seed: int) -> Runs:
 def _attempt(spec: JobSpec, strategy: Strategy, runs: Runs, rows: Array, rng: Any, first: bool) -> None:
     low, high = spec.restart_seconds
     restart = np.zeros(rows.size) if first else rng.uniform(low, high, rows.size)
+    width = np.full(rows.size, spec.nodes)
+    while rows.size:  # each pass, the runs that shrank in place go on, one node fewer
+        rows, restart, width = _stretch(spec, strategy, runs, rows, restart, width, rng)
+
+
+def _stretch(
+    spec: JobSpec, strategy: Strategy, runs: Runs, rows: Array, restart: Array, width: Array, rng: Any
+) -> tuple[Array, Array, Array]:
+    """One stretch of an attempt on ``width`` nodes, from its restart to the end of the run, a requeue
+    or a shrink; returns the runs that shrank, with their next restart and width.
+
+    Linear scaling: on ``width`` of its nodes a job computes at ``width / nodes`` of its speed and pays
+    ``width`` nodes, so what it holds is counted in the job's full node count (``speed`` of a second)."""
+    speed = width / spec.nodes
     remaining = spec.work_seconds - runs.done[rows]
+    computing = remaining / speed
     segment = strategy.interval + spec.checkpoint_seconds
     checkpoints = (
-        np.zeros(rows.size) if np.isinf(strategy.interval) else np.ceil(remaining / strategy.interval)
+        np.zeros(rows.size) if np.isinf(strategy.interval) else np.ceil(computing / strategy.interval)
     )
-    needed = restart + remaining + checkpoints * spec.checkpoint_seconds
-    until, mass = _time_to_preemption(spec, runs.now[rows], rng)
+    needed = restart + computing + checkpoints * spec.checkpoint_seconds
+    until, mass = _time_to_preemption(spec, runs.now[rows], width, rng)
     until[runs.on_demand[rows]] = np.inf
     finish = until >= needed
-    _hold(runs, rows, np.where(finish, needed, 0.0))
+    _hold(runs, rows, np.where(finish, needed, 0.0) * speed)
+    _overheads(
+        runs, rows[finish], restart[finish], checkpoints[finish] * spec.checkpoint_seconds, speed[finish]
+    )
     ended = rows[finish]
     runs.now[ended] += needed[finish]
     runs.done[ended] = spec.work_seconds
     runs.completed[ended] = True
     runs.active[ended] = False
     hit = ~finish
+    nothing = np.zeros(0, dtype=np.int64)
     if not hit.any():
-        return
-    computed = np.maximum(until[hit] - restart[hit], 0.0)
+        return nothing, np.zeros(0), nothing
+    speed, restart, until = speed[hit], restart[hit], until[hit]
+    computed = np.maximum(until - restart, 0.0)
     periodic = np.floor(computed / segment) if np.isfinite(segment) else np.zeros(computed.size)
     saved_periodic = periodic * strategy.interval if np.isfinite(segment) else periodic
     told = _told(spec, strategy, computed.size, rng)
     partial = (
         np.minimum(computed - periodic * segment, strategy.interval) if np.isfinite(segment) else computed
     )
-    saved = np.minimum(np.where(told, saved_periodic + partial, saved_periodic), remaining[hit])
+    saved = np.minimum(np.where(told, saved_periodic + partial, saved_periodic) * speed, remaining[hit])
     final = np.where(told & (computed > 0), NOTICE_LATENCY_SECONDS + spec.checkpoint_seconds, 0.0)
-    held = until[hit] + final
+    checkpointing = (  # the periodic checkpoints taken, and the one under way at the preemption
+        periodic * spec.checkpoint_seconds
+        + np.maximum(computed - periodic * segment - strategy.interval, 0.0)
+        if np.isfinite(segment)
+        else np.zeros(computed.size)
+    )
+    held = until + final
     preempted = rows[hit]
-    _hold(runs, preempted, held)
+    _hold(runs, preempted, held * speed)
+    _overheads(runs, preempted, np.minimum(restart, until), checkpointing + final, speed)
     runs.done[preempted] += saved
     runs.preemptions[preempted] += 1
-    runs.now[preempted] += held + strategy.requeue_wait
-    _wait_for_capacity(spec, strategy, runs, preempted, mass[hit])
-    _fall_back(spec, strategy, runs, preempted)
+    shrinks = _shrinks(spec, strategy, told & ~mass[hit], width[hit], rng)
+    runs.shrinks[preempted[shrinks]] += 1
+    runs.now[preempted[shrinks]] += held[shrinks]
+    requeued, requeued_held = preempted[~shrinks], held[~shrinks]
+    runs.now[requeued] += requeued_held + strategy.requeue_wait
+    _wait_for_capacity(spec, strategy, runs, requeued, mass[hit][~shrinks])
+    _fall_back(spec, strategy, runs, requeued)
+    shrunk = preempted[shrinks]
+    return shrunk, np.full(shrunk.size, spec.shrink_restart_seconds), width[hit][shrinks] - 1
+
+
+def _shrinks(spec: JobSpec, strategy: Strategy, told: Array, width: Array, rng: Any) -> Array:
+    """Which told preemptions the job survives in place: the node that leaves is not the batch host
+    (one chance in ``width``) and at least the strategy's minimum of nodes stay (job/shrink.py)."""
+    if strategy.min_nodes is None:  # no draw: the other strategies keep their figures exactly
+        return np.zeros(told.size, dtype=bool)
+    not_batch_host = rng.random(told.size) >= 1.0 / width
+    return told & not_batch_host & (width - 1 >= strategy.min_nodes)
+
+
+def _overheads(runs: Runs, rows: Array, restart: Array, checkpointing: Array, speed: Array) -> None:
+    """What of the held time went to restarts and to checkpoints, in the job's full node count."""
+    runs.restarting[rows] += restart * speed
+    runs.checkpointing[rows] += checkpointing * speed
 
 
 def _hold(runs: Runs, rows: Array, seconds: Array) -> None:
@@ -171,40 +232,42 @@ def _job_rate(spec: JobSpec, now: Array) -> Array:
     return np.where(now >= spec.field.jump_hour * HOUR, base * spec.field.jump_factor, base)
 
 
-def _mass_rate(spec: JobSpec) -> float:
+def _mass_rate(spec: JobSpec, width: Any = None) -> Any:
+    """Mass drains per second that take at least one of the job's ``width`` nodes (default: all)."""
     field = spec.field
     if field.mass_drain_hours is None:
         return 0.0
-    return (1.0 - (1.0 - field.mass_drain_fraction) ** spec.nodes) / (field.mass_drain_hours * HOUR)
+    nodes = spec.nodes if width is None else width
+    return (1.0 - (1.0 - field.mass_drain_fraction) ** nodes) / (field.mass_drain_hours * HOUR)
 
 
-def _time_to_preemption(spec: JobSpec, start: Array, rng: Any) -> tuple[Array, Array]:
-    """Seconds from each attempt's start to its first preemption, and whether a mass drain did it."""
-    until = _single(spec, start, rng, 1.0)
+def _time_to_preemption(spec: JobSpec, start: Array, width: Array, rng: Any) -> tuple[Array, Array]:
+    """Seconds from ``start`` to the first preemption of the job's ``width`` nodes, and whether a mass
+    drain did it."""
+    until = _single(spec, start, width, rng, 1.0)
     jump = spec.field.jump_hour
     if jump is not None and spec.field.jump_factor != 1.0:
         jump_at = jump * HOUR
         before = start < jump_at
         crossed = before & (start + until >= jump_at)
-        after_jump = _single(spec, np.maximum(start, jump_at), rng, spec.field.jump_factor)
+        after_jump = _single(spec, np.maximum(start, jump_at), width, rng, spec.field.jump_factor)
         until = np.where(crossed, jump_at - start + after_jump, until)
         until = np.where(before, until, after_jump)
-    mass_rate = _mass_rate(spec)
-    if mass_rate <= 0:
+    if spec.field.mass_drain_hours is None:
         return until, np.zeros(start.size, dtype=bool)
-    mass_until = rng.exponential(1.0 / mass_rate, start.size)
+    mass_until = rng.exponential(1.0 / _mass_rate(spec, width), start.size)
     return np.minimum(until, mass_until), mass_until < until
 
 
-def _single(spec: JobSpec, start: Array, rng: Any, factor: float) -> Array:
-    """The first of the job's nodes to be preempted, the rate times ``factor``."""
+def _single(spec: JobSpec, start: Array, width: Array, rng: Any, factor: float) -> Array:
+    """The first of the job's ``width`` nodes to be preempted, the rate times ``factor``."""
     gaps = spec.field.trace_gaps
     if not gaps:
-        return rng.exponential(spec.field.mean_gap_seconds / (spec.nodes * factor), start.size)
+        return rng.exponential(spec.field.mean_gap_seconds / (width * factor), start.size)
     # An attempt lands on nodes part-way through their gaps: the time to each one's next preemption
     # is the trace's residual life, survival Sr(x) = sum(max(g - x, 0)) / sum(g) (piecewise linear
     # between the gaps). The first of n nodes: P(min > x) = Sr(x)^n, so draw Sr(x) = u^(1/n).
     ordered = np.concatenate(([0.0], np.sort(np.asarray(gaps, dtype=float))))
     survival = np.array([np.maximum(ordered[1:] - x, 0.0).sum() for x in ordered]) / ordered.sum()
-    drawn = rng.random(start.size) ** (1.0 / spec.nodes)
+    drawn = rng.random(start.size) ** (1.0 / width)
     return np.interp(drawn, survival[::-1], ordered[::-1]) / factor

@@ -12,6 +12,7 @@ from slurm_preempt.simulate.spec import (
     FAST_RESTART_SECONDS,
     HOUR,
     NOTICE_LATENCY_SECONDS,
+    SHRINK_RESTART_SECONDS,
     SLURM_REQUEUE_HOLD_SECONDS,
     JobSpec,
 )
@@ -32,6 +33,24 @@ class Summary:
     mean_preemptions: float
     moved_share: float
     interval_seconds: float | None  # periodic checkpoints; None: only at notices
+    mean_shrinks: float  # preemptions survived in place on fewer nodes, per run
+    held_shares: dict[str, float]  # of the node-hours held: work, checkpoints, restarts, lost work
+
+
+def held_shares(spec: JobSpec, runs: engine.Runs) -> dict[str, float]:
+    """Where the node-hours held went (both sides, in the job's full node count): the work itself,
+    periodic and final checkpoints, restarts, and the rest: work computed and lost at a preemption."""
+    held = float((runs.held_spot + runs.held_on_demand).sum())
+    if held <= 0:
+        return {"work": 0.0, "checkpoints": 0.0, "restarts": 0.0, "lost": 0.0}
+    work, checkpoints = float(runs.done.sum()), float(runs.checkpointing.sum())
+    restarts = float(runs.restarting.sum())
+    return {
+        "work": work / held,
+        "checkpoints": checkpoints / held,
+        "restarts": restarts / held,
+        "lost": max(held - work - checkpoints - restarts, 0.0) / held,
+    }
 
 
 def on_demand_cost(spec: JobSpec) -> float:
@@ -59,6 +78,8 @@ def summarise(spec: JobSpec, strategy: Strategy, runs: engine.Runs) -> Summary:
         mean_preemptions=float(runs.preemptions.mean()),
         moved_share=float(runs.moved.mean()),
         interval_seconds=None if math.isinf(strategy.interval) else strategy.interval,
+        mean_shrinks=float(runs.shrinks.mean()),
+        held_shares=held_shares(spec, runs),
     )
 
 
@@ -78,6 +99,7 @@ def to_json(spec: JobSpec, summaries: list[Summary], count: int, seed: int) -> d
             "notice_latency_seconds": NOTICE_LATENCY_SECONDS,
             "fast_restart_seconds": FAST_RESTART_SECONDS,
             "slurm_requeue_hold_seconds": SLURM_REQUEUE_HOLD_SECONDS,
+            "shrink_restart_seconds_default": SHRINK_RESTART_SECONDS,
         },
         "strategies": [asdict(s) for s in summaries],
     }
@@ -96,6 +118,8 @@ def table(spec: JobSpec, summaries: list[Summary], count: int, seed: int) -> str
     head = ["strategy", "cost/run", "x on-demand", "median h", "p95 h", "preempted", "moved", "ckpt every"]
     if spec.deadline_hours is not None:
         head.insert(5, "P(miss)")
+    if spec.shrinks_to < spec.nodes:
+        head.insert(-2, "shrunk")
     rows = [head] + [_row(spec, s) for s in summaries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [
@@ -121,6 +145,8 @@ def _row(spec: JobSpec, s: Summary) -> list[str]:
     ]
     if spec.deadline_hours is not None:
         row.insert(5, _fmt(s.miss_probability, "{:.1%}"))
+    if spec.shrinks_to < spec.nodes:
+        row.insert(-2, f"{s.mean_shrinks:.1f}")
     return row
 
 
@@ -140,9 +166,14 @@ def _heading(spec: JobSpec, count: int, seed: int) -> str:
     deadline = f", deadline {spec.deadline_hours:g} h" if spec.deadline_hours is not None else ""
     low, high = spec.restart_seconds
     restart = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+    shrink = (
+        f", shrinks in place to {spec.shrinks_to} (restart {spec.shrink_restart_seconds:g} s, linear scaling)"
+        if spec.shrinks_to < spec.nodes
+        else ""
+    )
     return (
         f"{spec.nodes}-node job, {spec.work_hours:g} h of work, checkpoint {spec.checkpoint_seconds:g} s, "
-        f"restart {restart} s, notice {spec.notice_seconds:g} s, {rate} per node{deadline}; "
+        f"restart {restart} s, notice {spec.notice_seconds:g} s, {rate} per node{deadline}{shrink}; "
         f"{count} runs, seed {seed}"
     )
 

@@ -10,6 +10,9 @@
   (measured), periodic checkpoints only against the preemptions no notice covers; with each fallback
   policy of the watcher: none, after K preemptions, after S minutes pending, the deadline
   (Uniform-Progress rule) and the cost.
+- this toolkit, shrink to N (with ``--min-nodes N`` under the job's nodes): as above, and a told
+  preemption of a node that is not the batch host, leaving at least N nodes, shrinks the job in place
+  (job/shrink.py) instead of requeueing it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Strategy:
     notices: bool = False  # the watcher's notice and a final checkpoint
     requeue_wait: float = SLURM_REQUEUE_HOLD_SECONDS  # from leaving to running again, unpaid
     fallback: str | None = None  # one of FALLBACKS
+    min_nodes: int | None = None  # shrinks in place down to this many nodes; None: never shrinks
 
 
 def job_mtbp(spec: JobSpec) -> float:
@@ -88,6 +92,17 @@ def strategies(spec: JobSpec) -> list[Strategy]:
                 notices=True,
                 requeue_wait=FAST_RESTART_SECONDS,
                 fallback=fallback,
+            )
+        )
+    if spec.shrinks_to < spec.nodes:
+        found.append(
+            Strategy(
+                "toolkit-shrink",
+                f"slurm-preempt, shrink to {spec.shrinks_to}",
+                toolkit,
+                notices=True,
+                requeue_wait=FAST_RESTART_SECONDS,
+                min_nodes=spec.shrinks_to,
             )
         )
     return found
