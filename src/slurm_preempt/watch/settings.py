@@ -21,8 +21,10 @@ from slurm_preempt import keytable
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
 from slurm_preempt.keytable import flag, key, seconds, text, texts, whole
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
+from slurm_preempt.slurm import pyslurm_backend
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
+from slurm_preempt.slurm.pyslurm_backend import BACKENDS
 from slurm_preempt.watch.actions import Emit
 from slurm_preempt.watch.azure import AZURE_BASE, AzureScheduledEventsSource
 from slurm_preempt.watch.lease import Lease
@@ -68,6 +70,13 @@ def _http_url(value: Any) -> str:
     if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
         raise ValueError("not an http:// or https:// URL")
     return value
+
+
+def _backend(value: Any) -> str:
+    chosen = text(value)
+    if chosen not in BACKENDS:
+        raise ValueError(f"not one of {', '.join(BACKENDS)}")
+    return chosen
 
 
 def _cluster_id(value: Any) -> str:
@@ -117,6 +126,12 @@ class Settings:
     fallback: bool = key(True, flag, "apply the jobs' fallback policies")
     max_backoff: float = key(60.0, seconds(positive=True), "longest wait after failed polls")
     slurm_timeout: float = key(15.0, seconds(positive=True), "timeout of each Slurm command")
+    backend: str = key(
+        "auto",
+        _backend,
+        "how the poll reads nodes and jobs: `cli` (sinfo, squeue), `pyslurm` (when its release is the "
+        "running Slurm's), `auto` (the CLI: faster in bench/bench_pyslurm.py); writes use the CLI",
+    )
     crash_after: int = key(
         3, whole(1), "polls in a row failing with an unexpected error before the watcher exits 1"
     )
@@ -263,7 +278,8 @@ def build(
     settings = settings_from(merged(conf.section("watch"), overrides, ", ".join(map(str, conf.sources))))
     if job_id is not None and overrides.get("interval") is None:
         settings = replace(settings, interval=settings.sidecar_interval)
-    slurm = Slurm(timeout=settings.slurm_timeout, cwd="/")  # root's commands never from a user's folder
+    # Root's commands never run from a user's folder; the reads may go through pyslurm (chosen once).
+    slurm = pyslurm_backend.choose(settings.backend, Slurm(timeout=settings.slurm_timeout, cwd="/"))
     local_node = None
     if job_id is not None:
         # Inside a job Slurm names the node in SLURMD_NODENAME (on the test cluster every host is localhost).
