@@ -106,11 +106,13 @@ def bench(rounds: int) -> dict[str, Any]:
     for _ in range(rounds):
         for name, slurm in chosen.items():
             began = time.perf_counter()
-            nodes = slurm.nodes(states=NODE_STATES)
-            slurm.jobs(nodes=[n.name for n in nodes] or ["none"], states=RUNNING_STATES)
+            names = [n.name for n in slurm.nodes(states=NODE_STATES)]
+            if names:
+                slurm.jobs(nodes=names, states=RUNNING_STATES)
             slurm.jobs(states=launchhold.PENDING_STATES)
             times[name].append(time.perf_counter() - began)
-    return {name: {"median_s": statistics.median(t), "rounds": len(t)} for name, t in times.items()}
+    return {name: {"median_s": statistics.median(t), "quartiles_s": statistics.quantiles(t, n=4)[::2],
+                   "rounds": len(t)} for name, t in times.items()}  # fmt: skip
 
 
 if __name__ == "__main__":

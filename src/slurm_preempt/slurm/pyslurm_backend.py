@@ -76,10 +76,8 @@ def fit(value: Any, width: int) -> str:
 def node_fields(node: Any) -> list[str]:
     """The fields ``sinfo -O`` prints (parse.NODE_FIELDS, NODE_TEXT_FIELDS) of one ``pyslurm.Node``.
     UnicodeDecodeError when pyslurm cannot decode one of them."""
-    reason = _text(node.reason)
-    user = _text(node.reason_user) if reason else ""
-    return [_text(node.name), _text(node.state), _text(node.available_features),
-            _text(node.reason_time), user, fit(reason, _NODE_WIDTHS["Reason"])]  # fmt: skip
+    return [_text(node.name), _text(node.state), _text(node.available_features), _text(node.reason_time),
+            _text(node.reason_user), fit(node.reason, _NODE_WIDTHS["Reason"])]  # fmt: skip
 
 
 def job_fields(job: Any) -> list[str]:

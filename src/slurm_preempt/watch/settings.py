@@ -278,8 +278,7 @@ def build(
     settings = settings_from(merged(conf.section("watch"), overrides, ", ".join(map(str, conf.sources))))
     if job_id is not None and overrides.get("interval") is None:
         settings = replace(settings, interval=settings.sidecar_interval)
-    # Root's commands never run from a user's folder; the reads may go through pyslurm (chosen once).
-    slurm = pyslurm_backend.choose(settings.backend, Slurm(timeout=settings.slurm_timeout, cwd="/"))
+    slurm = Slurm(timeout=settings.slurm_timeout, cwd="/")  # root's commands never from a user's folder
     local_node = None
     if job_id is not None:
         # Inside a job Slurm names the node in SLURMD_NODENAME (on the test cluster every host is localhost).
@@ -294,8 +293,10 @@ def build(
     sent = load_sent(path)
     # A sidecar is alone with its job; the daemon and a user's watcher may run as a pair on two hosts.
     lease = Lease(path, settings.lease_ttl) if job_id is None else None
+    # Chosen once, when everything else is known to be right: the reads may go through pyslurm.
+    reads = pyslurm_backend.choose(settings.backend, slurm)
     return Watcher(
-        slurm, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
+        reads, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
         detached=job_id is None,
     )  # fmt: skip
 
