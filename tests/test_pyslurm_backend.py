@@ -80,10 +80,25 @@ def backend(mod) -> pb.PyslurmSlurm:
 # ------------------------------------------------------------------------------------ choosing
 
 
-@pytest.mark.parametrize("setting", ["auto", "cli"])
-def test_auto_and_cli_keep_the_commands(setting):
+def test_cli_keeps_the_commands_without_importing_pyslurm():
     cli = Cli()
-    assert pb.choose(setting, cli, importer=lambda: pytest.fail("imported")) is cli
+    assert pb.choose("cli", cli, importer=lambda: pytest.fail("imported")) is cli
+
+
+@pytest.mark.parametrize("setting", ["auto", "pyslurm"])
+def test_auto_and_pyslurm_take_pyslurm_when_it_is_for_the_running_release(setting):
+    assert isinstance(pb.choose(setting, Cli("25.11.7"), importer=lambda: module("25.11.2")), pb.PyslurmSlurm)
+
+
+def test_auto_without_pyslurm_is_the_commands_and_asks_slurm_nothing(caplog):
+    def missing():
+        raise ModuleNotFoundError("No module named 'pyslurm'")
+
+    cli = Cli("")  # config() would raise: it is never asked
+    caplog.set_level(logging.INFO)
+    assert pb.choose("auto", cli, importer=missing) is cli
+    assert "backend = auto, but pyslurm does not import" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_pyslurm_of_the_running_release_is_chosen_and_logged(caplog):

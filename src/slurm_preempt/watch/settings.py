@@ -130,7 +130,7 @@ class Settings:
         "auto",
         _backend,
         "how the poll reads nodes and jobs: `cli` (sinfo, squeue), `pyslurm` (when its release is the "
-        "running Slurm's), `auto` (the CLI: faster in bench/bench_pyslurm.py); writes use the CLI",
+        "running Slurm's), `auto` (pyslurm when it can be, else the CLI); writes use the CLI",
     )
     crash_after: int = key(
         3, whole(1), "polls in a row failing with an unexpected error before the watcher exits 1"
