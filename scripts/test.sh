@@ -17,14 +17,20 @@ source_releases="${SP_TEST_SOURCE_RELEASES-25.11}"
 # A release built from source runs the cluster tests that prove the chain on it: what Slurm does
 # (requeue hold, %r, MaxBatchRequeue, hook environments), a job preempted, told, requeued and running
 # again with the watcher, and the hooks' records (not the whole cluster suite: CI's budget).
-SOURCE_TESTS=(tests/test_slurm_behaviour.py tests/test_launchhold.py tests/test_hooks_cluster.py tests/test_e2e.py)
+# On 25.11 also the watcher's pyslurm backend against the CLI (tests/test_pyslurm_cluster.py): pyslurm
+# is built once beside the root (`testcluster roots --pyslurm`, 12-15 min on 2 cores, cached).
+SOURCE_TESTS=(tests/test_slurm_behaviour.py tests/test_launchhold.py tests/test_hooks_cluster.py tests/test_e2e.py
+  tests/test_pyslurm_cluster.py)
+PYSLURM_RELEASES=" 25.11 "  # the source-built releases PyPI has a pyslurm for (rehearsal/pyslurmbuild.py)
 [ -n "$releases$source_releases" ] && export WITH_SLURM_ROOTS=1  # debootstrap
 bash scripts/setup.sh
 logs=$(mktemp -d /tmp/sp-test-logs.XXXXXX)
 # Compiling a release from source takes minutes: it starts now, niced, beside lint and the unit tests.
 declare -A builds=()
 for release in $source_releases; do
-  .venv/bin/slurm-preempt testcluster roots --build "$release" >"$logs/build-$release.log" 2>&1 &
+  pyslurm_option=()
+  [[ "$PYSLURM_RELEASES" == *" $release "* ]] && pyslurm_option=(--pyslurm "$release")
+  .venv/bin/slurm-preempt testcluster roots --build "$release" "${pyslurm_option[@]}" >"$logs/build-$release.log" 2>&1 &
   builds[$release]=$!
 done
 # The CPU build of PyTorch, for the torchrun (2-node gloo all-reduce) and torch.distributed tests;

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from clusterutil import ClusterHandle, base_port, cluster_dir, release, running_cluster, slurm_problem
+from slurm_preempt.rehearsal import pyslurmbuild, versions
 from slurm_preempt.rehearsal import testcluster as tc
-from slurm_preempt.rehearsal import versions
 
 DATA = Path(__file__).parent / "data"
 pytest_plugins = ("watchworld",)  # the in-memory world of the watcher's unit tests (its `world` fixture)
@@ -51,12 +51,18 @@ def pytest_report_header(config):
     return f"slurm release: {config.getoption('--slurm')}"
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """A test that uses the real cluster is a cluster test, marked or not: `-m "not cluster"` must never
-    start (or stop) the session cluster."""
+    start (or stop) the session cluster. A ``pyslurm`` test is left out (deselected, not skipped) on a
+    release pyslurm is not built for: it has nothing to run there."""
     for item in items:
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)
+    if config.getoption("--slurm") not in pyslurmbuild.PYSLURM:
+        left_out = [item for item in items if item.get_closest_marker("pyslurm")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("pyslurm")]
 
 
 @pytest.fixture(scope="session")

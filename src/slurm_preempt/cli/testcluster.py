@@ -8,8 +8,8 @@ import click
 
 from slurm_preempt.cli import _logging
 from slurm_preempt.cli._output import echo_json, json_option
+from slurm_preempt.rehearsal import pyslurmbuild, versions
 from slurm_preempt.rehearsal import testcluster as tc
-from slurm_preempt.rehearsal import versions
 
 dir_option = click.option(
     "--dir",
@@ -167,8 +167,15 @@ def env(directory):
     multiple=True,
     help="Build the root of this release now if it is not there yet (repeatable).",
 )
+@click.option(
+    "--pyslurm",
+    "pyslurm_for",
+    type=click.Choice(sorted(pyslurmbuild.PYSLURM)),
+    multiple=True,
+    help="Also build pyslurm against this source-built release's libslurm, beside its root (repeatable).",
+)
 @json_option
-def roots(build, as_json):
+def roots(build, pyslurm_for, as_json):
     """List the Debian roots that hold other Slurm releases (and build them with --build).
 
     A release built from source (25.11) needs its tarball to be built ($SP_SLURM_SOURCE).
@@ -176,11 +183,16 @@ def roots(build, as_json):
     \b
     Example:
       slurm-preempt testcluster roots --build 24.11 --build 26.05 --build 25.11
+      slurm-preempt testcluster roots --build 25.11 --pyslurm 25.11
     """
     from slurm_preempt.rehearsal import rootbuild
 
     for name in build:
         rootbuild.ensure(versions.release(name))
+    for name in pyslurm_for:
+        folder = pyslurmbuild.ensure(versions.release(name))
+        if not as_json:
+            click.echo(pyslurmbuild.describe(folder))
     found = rootbuild.list_roots()
     if as_json:
         echo_json(found)

@@ -148,23 +148,14 @@ class RootRuntime:
         _ = self.info  # builds the root when it is not there yet
 
     def daemon_argv(self, program: str, args: Sequence[str], shared: Sequence[Path] = ()) -> list[str]:
+        return self.chroot_argv([f"/usr/sbin/{program}", *args], shared)
+
+    def chroot_argv(self, command: Sequence[str], shared: Sequence[Path] = ()) -> list[str]:
+        """``command`` run chrooted into the root, in a mount namespace of its own where the host's
+        data folders (and ``shared``) are at their own paths (root only)."""
         mounts = [str(p) for p in shared_paths(shared)]
-        return [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "/bin/sh",
-            "-c",
-            _NAMESPACE_SCRIPT,
-            "slurm-preempt-root",
-            str(self.path),
-            *mounts,
-            "--",
-            f"/usr/sbin/{program}",
-            *args,
-        ]
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _NAMESPACE_SCRIPT,
+                "slurm-preempt-root", str(self.path), *mounts, "--", *command]  # fmt: skip
 
     def conf_lines(self) -> list[str]:
         return [f"PluginDir={self.path}{self.info.plugin_dir}"]

@@ -245,26 +245,30 @@ def parse_nodes(output: bytes | str, local_tz: timezone | None = None) -> list[N
     nodes: dict[str, Node] = {}
     widths = [w for _, w in NODE_TEXT_FIELDS]
     for raw in frame(output, len(NODE_FIELDS), widths):
-        name, state_text, features, stamp, user, reason = map(decode, raw)
         try:
-            ids.node_name(name)
-            state, flags = parse_state(state_text)
+            node = node_record([decode(c) for c in raw], local_tz)
         except ValueError as exc:
             log.warning("sinfo record refused: %s", exc)
             continue
-        nodes.setdefault(
-            name,
-            Node(
-                name=name,
-                state=state,
-                flags=flags,
-                features=tuple(f for f in clean_text(features).split(",") if f),
-                reason=clean_text(reason),
-                reason_time=parse_time(stamp, local_tz),
-                reason_user=clean_text(user).split("(")[0],
-            ),
-        )
+        nodes.setdefault(node.name, node)
     return list(nodes.values())
+
+
+def node_record(cols: Sequence[str], local_tz: timezone | None = None) -> Node:
+    """One node from its fields as ``sinfo`` prints them (NODE_FIELDS, then NODE_TEXT_FIELDS): the CLI
+    and the pyslurm backend both build their records here. ValueError when they are not a node's."""
+    name, state_text, features, stamp, user, reason = cols
+    ids.node_name(name)
+    state, flags = parse_state(state_text)
+    return Node(
+        name=name,
+        state=state,
+        flags=flags,
+        features=tuple(f for f in clean_text(features).split(",") if f),
+        reason=clean_text(reason),
+        reason_time=parse_time(stamp, local_tz),
+        reason_user=clean_text(user).split("(")[0],
+    )
 
 
 # ---------------------------------------------------------------------------------------- jobs
@@ -316,13 +320,15 @@ def parse_jobs(output: bytes | str, local_tz: timezone | None = None) -> list[Jo
     for raw in frame(output, len(JOB_FIELDS), widths):
         cols = [decode(c) for c in raw]
         try:
-            jobs.append(_job(cols, local_tz))
+            jobs.append(job_record(cols, local_tz))
         except (ValueError, UsageError) as exc:
             log.warning("squeue record refused: %s", exc)
     return jobs
 
 
-def _job(cols: list[str], local_tz: timezone | None) -> Job:
+def job_record(cols: Sequence[str], local_tz: timezone | None = None) -> Job:
+    """One job from its fields as ``squeue`` prints them (JOB_FIELDS, then JOB_TEXT_FIELDS): the CLI and
+    the pyslurm backend both build their records here. ValueError or UsageError when they are not a job's."""
     (jid, ajid, atid, state, nodelist, restarts, user, part, nnodes, start, submit, eligible) = (
         c.strip() for c in cols[: len(JOB_FIELDS)]
     )

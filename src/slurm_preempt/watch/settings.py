@@ -21,8 +21,10 @@ from slurm_preempt import keytable
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
 from slurm_preempt.keytable import flag, key, seconds, text, texts, whole
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
+from slurm_preempt.slurm import pyslurm_backend
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
+from slurm_preempt.slurm.pyslurm_backend import BACKENDS
 from slurm_preempt.watch.actions import Emit
 from slurm_preempt.watch.azure import AZURE_BASE, AzureScheduledEventsSource
 from slurm_preempt.watch.lease import Lease
@@ -68,6 +70,13 @@ def _http_url(value: Any) -> str:
     if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+", value):
         raise ValueError("not an http:// or https:// URL")
     return value
+
+
+def _backend(value: Any) -> str:
+    chosen = text(value)
+    if chosen not in BACKENDS:
+        raise ValueError(f"not one of {', '.join(BACKENDS)}")
+    return chosen
 
 
 def _cluster_id(value: Any) -> str:
@@ -117,6 +126,12 @@ class Settings:
     fallback: bool = key(True, flag, "apply the jobs' fallback policies")
     max_backoff: float = key(60.0, seconds(positive=True), "longest wait after failed polls")
     slurm_timeout: float = key(15.0, seconds(positive=True), "timeout of each Slurm command")
+    backend: str = key(
+        "auto",
+        _backend,
+        "how the poll reads nodes and jobs: `cli` (sinfo, squeue), `pyslurm` (when its release is the "
+        "running Slurm's), `auto` (pyslurm when it can be, else the CLI); writes use the CLI",
+    )
     crash_after: int = key(
         3, whole(1), "polls in a row failing with an unexpected error before the watcher exits 1"
     )
@@ -278,8 +293,10 @@ def build(
     sent = load_sent(path)
     # A sidecar is alone with its job; the daemon and a user's watcher may run as a pair on two hosts.
     lease = Lease(path, settings.lease_ttl) if job_id is None else None
+    # Chosen once, when everything else is known to be right: the reads may go through pyslurm.
+    reads = pyslurm_backend.choose(settings.backend, slurm)
     return Watcher(
-        slurm, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
+        reads, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
         detached=job_id is None,
     )  # fmt: skip
 
