@@ -85,13 +85,47 @@ if [ -n "$releases" ]; then
   .venv/bin/slurm-preempt testcluster roots $(printf -- '--build %s ' $releases)
   echo "test: roots ready in ${SECONDS} s"
 fi
+# The cluster tests of each release run side by side, each on its own cluster (own ports, folder,
+# munged and database): they mostly wait on Slurm, so the sessions take little more wall time than the
+# longest one. Each waits on conditions, never on the clock (tests/clusterutil.py: HUNG_AFTER), so the
+# load they put on each other slows them without failing them (issue 29).
+declare -A pids=() ports=()
+port="${SP_TEST_PORT:-17300}"
+for release in system $releases $source_releases; do
+  ports[$release]=$port
+  port=$((port + 100))
+done
+start_tier() {  # RELEASE [the command line's tests]
+  local release=$1 slurm_option=() chosen_tests=("${@:2}")
+  [ "$release" = system ] || slurm_option=(--slurm "$release")
+  # A release built from source runs SOURCE_TESTS unless the command line chose tests.
+  if [[ " $source_releases " == *" $release "* ]] && [ "$chosen" -eq 0 ]; then
+    chosen_tests=("${SOURCE_TESTS[@]}")
+  fi
+  echo "== cluster tests on Slurm $release (port ${ports[$release]}, log $logs/$release.log)"
+  (
+    started=$SECONDS
+    status=0
+    SP_TEST_PORT=${ports[$release]} run_pytest -m cluster "${slurm_option[@]}" "${chosen_tests[@]}" >"$logs/$release.log" 2>&1 || status=$?
+    echo "test: Slurm $release: $((SECONDS - started)) s" >>"$logs/$release.log"
+    exit "$status"
+  ) &
+  pids[$release]=$!
+}
+SECONDS=0
+tiers="system $releases"
+for release in $tiers; do
+  start_tier "$release" "$@"
+done
+# A release compiled from source starts its tier once its build is done, beside the others, which do
+# not wait for it (from an empty cache the Slurm and pyslurm builds outlast the unit tests).
 for release in $source_releases; do
   status=0
-  SECONDS=0
   wait "${builds[$release]}" || status=$?
-  echo "== Slurm $release from source: exit $status after ${SECONDS} s more ($logs/build-$release.log)"
+  echo "== Slurm $release from source: exit $status, ${SECONDS} s into the cluster tests ($logs/build-$release.log)"
   if [ "$status" -eq 0 ]; then
-    releases+=" $release"
+    tiers+=" $release"
+    start_tier "$release" "$@"
   elif [ "$status" -eq 5 ] && [ "${CI:-}" != true ]; then  # no tarball: one line, the tier left out
     echo "test: Slurm $release left out: $(tail -n 1 "$logs/build-$release.log")"
   else
@@ -99,33 +133,7 @@ for release in $source_releases; do
     failed+=" $release-build"
   fi
 done
-# The cluster tests of each release run side by side, each on its own cluster (own ports, folder,
-# munged and database): they mostly wait on Slurm, so three sessions take little more wall time than
-# the longest one. Each waits on conditions, never on the clock (tests/clusterutil.py: HUNG_AFTER), so
-# the load they put on each other slows them without failing them (issue 29).
-port="${SP_TEST_PORT:-17300}"
-declare -A pids=()
-SECONDS=0
-for release in system $releases; do
-  slurm_option=()
-  [ "$release" = system ] || slurm_option=(--slurm "$release")
-  chosen_tests=("$@")
-  # A release built from source runs SOURCE_TESTS unless the command line chose tests.
-  if [[ " $source_releases " == *" $release "* ]] && [ "$chosen" -eq 0 ]; then
-    chosen_tests=("${SOURCE_TESTS[@]}")
-  fi
-  echo "== cluster tests on Slurm $release (port $port, log $logs/$release.log)"
-  (
-    started=$SECONDS
-    status=0
-    SP_TEST_PORT=$port run_pytest -m cluster "${slurm_option[@]}" "${chosen_tests[@]}" >"$logs/$release.log" 2>&1 || status=$?
-    echo "test: Slurm $release: $((SECONDS - started)) s" >>"$logs/$release.log"
-    exit "$status"
-  ) &
-  pids[$release]=$!
-  port=$((port + 100))
-done
-for release in system $releases; do
+for release in $tiers; do
   status=0
   wait "${pids[$release]}" || status=$?
   echo "== cluster tests on Slurm $release: exit $status"
