@@ -41,6 +41,7 @@ GRACE = 10.0
 # 5 minutes: these drills give the shrink 30 s, so CI's load cannot decide which path the job takes.
 SHRINK_GRACE = 30.0
 PRIME, SIZE = 1_000_003, 1200
+TWICE_STEPS = 900  # 45 s of steps: still running when the first drill (SHRINK_GRACE) is over
 
 
 def reference(steps: int = STEPS) -> int:
@@ -156,7 +157,17 @@ def test_torchrun_two_nodes_survive_a_drain_with_zero_steps_redone(clean_cluster
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told(_job_log(work, "tr2", job_id), 2)
+    log = _job_log(work, "tr2", job_id)
+    _check_every_rank_told(log, 2)
+    _check_left_before_the_requeue(log)
+
+
+def _check_left_before_the_requeue(log: str) -> None:
+    """The ranks left the requeue to the batch script, which sent it once the step had ended by itself:
+    Slurm never ended the step (srun's "Job step aborted: Waiting up to KillWait+2 seconds")."""
+    left, requeued = log.find("the job script requeues the job"), log.find("requeued (attempt 1 ends)")
+    assert 0 <= left < requeued, log
+    assert "Job step aborted" not in log and "forcing job termination" not in log, log
 
 
 def _has(cl, job_id: str, kind: str) -> bool:
@@ -248,16 +259,18 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
+    log = _job_log(work, "srun2", job_id)
+    _check_every_rank_told(log, 2)
+    _check_left_before_the_requeue(log)
 
 
-def _srun_range_job(cl, tmp_path: Path, name: str) -> tuple[str, Path, Path]:
+def _srun_range_job(cl, tmp_path: Path, name: str, steps: int = STEPS) -> tuple[str, Path, Path]:
     work, result = tmp_path / name, tmp_path / name / "result.json"
     # No --ntasks-per-node: with it sbatch asks for MIN tasks, and Slurm allocates only MIN nodes;
     # without it each srun runs one task per node of the allocation.
     options = ["--job-name", name, "--nodes", "2-3",
                "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
-    return submit_generated(cl, work, options, ["srun", *_train(result)]), work, result
+    return submit_generated(cl, work, options, ["srun", *_train(result, steps)]), work, result
 
 
 def test_srun_multitask_job_shrinks_in_place(clean_cluster, shrink_watcher, tmp_path):
@@ -279,7 +292,9 @@ def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, s
     """3 -> 2 on a first drain; then one of the two drains: the watcher tells the job again (it no longer
     holds the first node), and with 1 node left, fewer than MIN, the job requeues from its checkpoint."""
     cl = clean_cluster
-    job_id, work, result = _srun_range_job(cl, tmp_path, "twice")
+    # Long enough to outlast the first drill (its removal comes SHRINK_GRACE after the drain): once the
+    # ranks left without the interpreter's finalization, 240 steps ended before it, and no second drain.
+    job_id, work, result = _srun_range_job(cl, tmp_path, "twice", steps=TWICE_STEPS)
     first = cl.wait_state(job_id, "RUNNING", timeout=60)
     assert len(first.nodes) == 3
     event = _drill(cl, job_id, first.nodes[2], work, SHRINK_GRACE)
@@ -290,7 +305,7 @@ def test_a_shrunk_job_requeues_when_a_survivor_drains_below_min(clean_cluster, s
     wait_for(result.exists, 300, interval=1, what="the job's result")
     cl.wait_state(job_id, "COMPLETED", timeout=120)
     got = json.loads(result.read_text())
-    assert got["value"] == reference() and got["attempt"] == 2
+    assert got["value"] == reference(TWICE_STEPS) and got["attempt"] == 2
     kinds = [e["kind"] for e in ledger.events(cl.spec.state_dir, job_id)]
     assert kinds.count("shrunk") == 1 and kinds.count("requeued") == 1, kinds
     log = _job_log(work, "twice", job_id)
