@@ -13,6 +13,14 @@ checkpoint), which adds the program's own start-up (imports, rendezvous, restore
 
     .venv/bin/python bench/run.py --only shrink [--quick]
     .venv/bin/python bench/bench_shrink.py [--quick] [--template plain] [--slurm 24.11]
+
+``--leave``: the requeue path of a 2-node torchrun job (no range) on a cluster with Slurm's default
+KillWait (30 s), drilled ``--rounds`` times, each drill's phases printed: notice (drain -> the watcher's
+notice), checkpoint (-> the final checkpoint durable), leave (-> the job's step gone), wait (-> Slurm's
+next attempt RUNNING), start (-> its prolog's ``attempt_start``), program start-up (-> the program
+restoring, its ``resumed_from``), with the medians.
+
+    .venv/bin/python bench/bench_shrink.py --leave [--rounds 3] [--kill-wait 30] [--slurm 26.05]
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _script(work: Path, template: str, shrink: bool) -> Path:
+def _script(work: Path, template: str, shrink: bool, nodes: str = "2-3") -> Path:
     command = [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", str(EVERY),
                "--step-seconds", "0.05", "--result", str(work / "result.json")]  # fmt: skip
     options = (
@@ -63,7 +71,7 @@ def _script(work: Path, template: str, shrink: bool) -> Path:
         command = ["srun", *command]
     script = work / "job.sbatch"
     subprocess.run(
-        [SP, "sbatch", "--job-name", "shrink", "--nodes", "2-3", "--chdir", str(work), "--checkpoint-dir",
+        [SP, "sbatch", "--job-name", "shrink", "--nodes", nodes, "--chdir", str(work), "--checkpoint-dir",
          str(work / "ckpt"), *options, *([] if shrink else ["--no-shrink"]), "--write", str(script), "--",
          *command], check=True, capture_output=True,
     )  # fmt: skip
@@ -122,6 +130,114 @@ def _one(state, folder: Path, template: str, shrink: bool, round_no: int) -> dic
         "prologs_after_drain": len(_moments(state.spec.state_dir, job_id, "attempt_start", event.drain_at)),
         "drained_before_removal": drained_at is not None,
     }
+
+
+LEAVE_PHASES = ("notice", "checkpoint", "leave", "wait", "start", "program start-up")
+
+
+def _final_checkpoint_at(state_dir: Path, job_id: str, after: float) -> float | None:
+    for path in sorted(ledger.job_dir(state_dir, job_id).glob("*-checkpoint_saved.json")):
+        at = int(path.name.split("-", 1)[0]) / 1e9
+        if at >= after and json.loads(path.read_text()).get("final"):
+            return at
+    return None
+
+
+def _leave_one(state, folder: Path, round_no: int) -> dict:
+    """One drill of a 2-node torchrun job on the requeue path: the moment each phase ended."""
+    slurm = state.slurm(timeout=30)
+    work = folder / f"leave-{round_no}"
+    work.mkdir(parents=True)
+    job_id = slurm.submit(str(_script(work, "torchrun", shrink=False, nodes="2")))
+    while not (job := slurm.job(job_id)) or not job.running or len(job.nodes) != 2:
+        time.sleep(0.2)
+    while not list((work / "ckpt").glob("step-*")):
+        time.sleep(0.2)
+    first_steps = _steps(slurm, job_id)
+    runner = drill.Drill(slurm, drill.node_ops(slurm, allow_real=False), state.spec.state_dir, tick=0.05)
+    event = runner.start_event([job.nodes[0]], GRACE, 1, drill.DEFAULT_REASON)
+    gone_at = running_at = None
+    while running_at is None and time.time() < event.drain_at + 120:
+        now = time.time()
+        runner.step(now)
+        if gone_at is None and not _steps(slurm, job_id) & first_steps:
+            gone_at = now
+        if (job := slurm.job(job_id)) and job.running and job.restart_count > 0:
+            running_at = now
+        time.sleep(0.05)
+    runner.run_until_done(timeout=120)
+    while not (work / "result.json").exists():
+        time.sleep(0.5)
+    state_dir, after = state.spec.state_dir, event.drain_at
+
+    def first(kind: str) -> float | None:
+        found = _moments(state_dir, job_id, kind, after)
+        return found[0] if found else None
+
+    ends = (first("notice_sent"), _final_checkpoint_at(state_dir, job_id, after), gone_at, running_at,
+            first("attempt_start"), first("resumed_from"))  # fmt: skip
+    phases, previous = {}, after
+    for name, end in zip(LEAVE_PHASES, ends, strict=True):
+        phases[name] = round(end - previous, 2) if end is not None and previous is not None else None
+        previous = end
+    return {
+        "job": job_id,
+        "phases": phases,
+        "drain_to_running_again": round(running_at - after, 2) if running_at else None,
+        "drain_to_training_again": round(ends[-1] - after, 2) if ends[-1] else None,
+        "attempt": json.loads((work / "result.json").read_text())["attempt"],
+    }
+
+
+def run_leave(rounds: int = 3, slurm: str = versions.SYSTEM, kill_wait: int = 30) -> list[dict]:
+    """``--leave``: the 2-node torchrun drill, ``rounds`` times, on a cluster with KillWait ``kill_wait``."""
+    if os.geteuid() != 0:
+        raise RuntimeError("needs root and Slurm (it starts a local cluster)")
+    folder = Path(tempfile.mkdtemp(prefix="sp-bench-leave-"))
+    spec = testcluster.ClusterSpec(
+        directory=folder / "cluster", standard=1, preemptible=4, port=PORT, hooks=True, slurm=slurm,
+        kill_wait=kill_wait,
+    )  # fmt: skip
+    state = testcluster.up(spec)
+    env = {**os.environ, **state.env()}
+    watcher = subprocess.Popen(
+        [SP, "watch", "--cluster", "--interval", "0.5", "--grace", str(GRACE), "--allow-preemptible-host"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    drills = []
+    try:
+        os.environ.update(state.env())
+        for round_no in range(rounds):
+            drills.append(_leave_one(state, folder, round_no))
+            print(json.dumps(drills[-1]), file=sys.stderr)
+    finally:
+        watcher.terminate()
+        watcher.wait(10)
+        testcluster.down(spec.directory)
+    return _leave_rows(drills, slurm, kill_wait)
+
+
+def _leave_rows(drills: list[dict], slurm: str, kill_wait: int) -> list[dict]:
+    where = f"torchrun 2 nodes, requeue, Slurm {slurm}, KillWait {kill_wait} s"
+    rows = [{"name": f"{where}: {name} (median of {len(drills)}, each ending at the phase's end)",
+             "value": _median([d["phases"] for d in drills], name), "unit": "s", "baseline": None,
+             "ratio": None, "target": ""} for name in LEAVE_PHASES]  # fmt: skip
+    for key, target in (("drain_to_running_again", "<= 4 s"), ("drain_to_training_again", "")):
+        spread = sorted(d[key] for d in drills if d[key] is not None)
+        rows.append({"name": f"{where}: {key.replace('_', ' ')} (min..max {spread[0]}..{spread[-1]})"
+                     if spread else f"{where}: {key}", "value": _median(drills, key), "unit": "s",
+                     "baseline": None, "ratio": None, "target": target})  # fmt: skip
+    rows.append(
+        {
+            "name": f"{where}: every drill resumed in attempt 2",
+            "value": all(d["attempt"] == 2 for d in drills),
+            "unit": "",
+            "baseline": None,
+            "ratio": None,
+            "target": "True",
+        }
+    )
+    return rows
 
 
 def run(quick: bool = False, template: str = "torchrun", slurm: str = versions.SYSTEM) -> list[dict]:
@@ -186,6 +302,14 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--template", choices=("torchrun", "plain"), default="torchrun")
     parser.add_argument("--slurm", default=versions.SYSTEM)
+    parser.add_argument("--leave", action="store_true", help="the 2-node torchrun requeue drill, in phases")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kill-wait", type=int, default=30)
     args = parser.parse_args()
-    for row in run(args.quick, args.template, args.slurm):
+    rows = (
+        run_leave(args.rounds, args.slurm, args.kill_wait)
+        if args.leave
+        else run(args.quick, args.template, args.slurm)
+    )
+    for row in rows:
         print(json.dumps(row))

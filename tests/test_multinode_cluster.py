@@ -157,7 +157,17 @@ def test_torchrun_two_nodes_survive_a_drain_with_zero_steps_redone(clean_cluster
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2 and got["attempt"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told(_job_log(work, "tr2", job_id), 2)
+    log = _job_log(work, "tr2", job_id)
+    _check_every_rank_told(log, 2)
+    _check_left_before_the_requeue(log)
+
+
+def _check_left_before_the_requeue(log: str) -> None:
+    """The ranks left the requeue to the batch script, which sent it once the step had ended by itself:
+    Slurm never ended the step (srun's "Job step aborted: Waiting up to KillWait+2 seconds")."""
+    left, requeued = log.find("the job script requeues the job"), log.find("requeued (attempt 1 ends)")
+    assert 0 <= left < requeued, log
+    assert "Job step aborted" not in log and "forcing job termination" not in log, log
 
 
 def _has(cl, job_id: str, kind: str) -> bool:
@@ -249,7 +259,9 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     got = json.loads(result.read_text())
     assert got["value"] == reference() and got["world"] == 2
     _check_zero_steps_redone(cl, job_id)
-    _check_every_rank_told(_job_log(work, "srun2", job_id), 2)
+    log = _job_log(work, "srun2", job_id)
+    _check_every_rank_told(log, 2)
+    _check_left_before_the_requeue(log)
 
 
 def _srun_range_job(cl, tmp_path: Path, name: str, steps: int = STEPS) -> tuple[str, Path, Path]:

@@ -240,6 +240,42 @@ def test_requeue_without_scontrol_falls_back_to_the_configured_exit_code(tmp_pat
     assert not _kinds(job, "requeued")
 
 
+def test_on_several_nodes_the_writer_leaves_the_requeue_to_the_job_script(tmp_path, job):
+    """The script names a file (SLURM_PREEMPT_SCRIPT_REQUEUES): the writer makes it and exits 0 without
+    asking Slurm (PATH has no scontrol); the script requeues once the step has ended."""
+    script = tmp_path / "job.py"
+    script.write_text(REQUEUE_SCRIPT)
+    marker = tmp_path / "ckpt" / ".requeue-1234-1"
+    env = {**os.environ, **job, "PATH": "/nonexistent", "SLURM_PREEMPT_SCRIPT_REQUEUES": str(marker)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and marker.exists(), proc.stderr
+    assert "the job script requeues the job once its steps end" in proc.stderr
+    assert not _kinds(job, "requeued")
+
+
+def test_a_requeue_file_that_cannot_be_made_falls_back_to_requeueing_here(tmp_path, job):
+    (tmp_path / "config.toml").write_text("[resume]\nrequeue_exit_code = 85\n")
+    script = tmp_path / "job.py"
+    script.write_text(REQUEUE_SCRIPT)
+    env = {**os.environ, **job, "PATH": "/nonexistent", "SLURM_PREEMPT_CONFIG": str(tmp_path / "config.toml"),
+           "SLURM_PREEMPT_SCRIPT_REQUEUES": str(tmp_path / "missing" / "folder" / ".requeue")}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 85, proc.stderr  # it asked Slurm itself: no scontrol, the site's exit code
+    assert "cannot tell the job script to requeue" in proc.stderr and "RequeueExit" in proc.stderr
+
+
 def test_requeue_outside_slurm_just_exits_after_the_final_checkpoint(tmp_path, job):
     script = tmp_path / "job.py"
     script.write_text(REQUEUE_SCRIPT)

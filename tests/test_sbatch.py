@@ -228,6 +228,17 @@ def test_a_node_range_shrinks_in_place_unless_told_not_to():
         assert "SLURM_PREEMPT_SCRIPT_DECIDES" not in fixed and "resume shrink" not in fixed
 
 
+def test_on_several_nodes_the_script_requeues_and_names_the_file_for_it():
+    """--nodes above 1: the command leaves the requeue to the script (job/requeue.py); one node: the
+    variable is only cleared, never inherited from the submitting shell."""
+    named = 'SLURM_PREEMPT_SCRIPT_REQUEUES="$SLURM_PREEMPT_CHECKPOINT_DIR/.requeue-$SLURM_JOB_ID-'
+    for several in (make(nodes="2").script, make(nodes="1-3").script, make(nodes="2-3", shrink=False).script):
+        assert named in several and "resume requeue" in several
+    for one in (make().script, make(nodes="1").script):
+        assert "export SLURM_PREEMPT_SCRIPT_REQUEUES=  #" in one
+        assert named not in one and "resume requeue" not in one
+
+
 def test_sidecar_uses_this_installs_executable_and_survives_its_absence():
     made = make(sidecar=True, grace="20")
     assert f"sp_exe={gen.slurm_preempt_executable()}" in made.script

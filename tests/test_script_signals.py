@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterutil import HUNG_AFTER
+from slurm_preempt import ledger
 from slurm_preempt.config import Config
 from slurm_preempt.sbatch import render as gen
 
@@ -75,10 +76,10 @@ def _script(tmp_path: Path, loader: list[str] = (), **options) -> Path:
     return gen.write_script(made.script, tmp_path / "job.sh")
 
 
-def _start(tmp_path: Path, script: Path) -> subprocess.Popen:
+def _start(tmp_path: Path, script: Path, fakes: dict[str, str] = FAKES, **environ: str) -> subprocess.Popen:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in FAKES.items():
+    for name, text in fakes.items():
         (bin_dir / name).write_text(text.format(work=tmp_path))
         (bin_dir / name).chmod(0o755)
     env = {
@@ -86,6 +87,7 @@ def _start(tmp_path: Path, script: Path) -> subprocess.Popen:
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SLURM_JOB_ID": "4242",
         "SLURM_PREEMPT_STATE_DIR": str(tmp_path / "state"),
+        **environ,
     }
     env.pop("SLURM_ARRAY_TASK_ID", None)
     log = open(tmp_path / "job.out", "w")  # noqa: SIM115 (closed by the caller)
@@ -296,6 +298,41 @@ def test_a_notice_after_the_command_finished_its_work_is_not_passed_on(tmp_path)
     assert "has finished its work: not passed on" in _read(tmp_path / "job.out")
     assert _read(tmp_path / "ended") == "finished\n"  # its last lines ran
     assert not (tmp_path / "scontrol.args").exists()  # never requeued
+
+
+# The command's rank, after its final checkpoint on more than one node (job/requeue.py's leave): it
+# leaves the requeue to the script in the file the script names, and exits.
+LEAVES = (
+    'echo "${SLURM_PREEMPT_SCRIPT_REQUEUES:-none}" > WORK/named; '
+    '[ -z "$SLURM_PREEMPT_SCRIPT_REQUEUES" ] || touch "$SLURM_PREEMPT_SCRIPT_REQUEUES"'
+)
+# Slurm answers a requeue with SIGTERM to every process of the batch step: the requeuing one too.
+SIGTERM_ON_REQUEUE = {**FAKES, "scontrol": FAKES["scontrol"] + "kill -TERM $PPID\nsleep 0.5\n"}
+
+
+@pytest.mark.parametrize("nodes", ["2", "1"])
+def test_on_several_nodes_the_script_requeues_once_the_command_has_left(tmp_path, nodes):
+    """The script names a file for the command on more than one node; a command that made it (no signal
+    reached the script: the rank read the notice file) is requeued by the script once it has exited,
+    through `resume requeue`, which records it although Slurm's SIGTERM comes during it. On one node the
+    command requeues itself: the script names no file and requeues nothing."""
+    settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30", "nodes": "1-2"}
+    made = gen.generate(settings, ["bash", "-c", LEAVES.replace("WORK", str(tmp_path))], Config())
+    script = gen.write_script(made.script, tmp_path / "job.sh")
+    job = _start(tmp_path, script, SIGTERM_ON_REQUEUE, SLURM_JOB_NUM_NODES=nodes)
+    try:
+        assert job.wait(HUNG_AFTER) == 0, _read(tmp_path / "job.out")
+    finally:
+        job.kill()
+    named = _read(tmp_path / "named").strip()
+    requeued = [e for e in ledger.events(tmp_path / "state", "4242") if e["kind"] == "requeued"]
+    if nodes == "1":
+        assert named == "none" and not (tmp_path / "scontrol.args").exists() and not requeued
+        return
+    assert named == str(tmp_path / "ckpt" / ".requeue-4242-1") and not Path(named).exists()
+    assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
+    assert len(requeued) == 1, _read(tmp_path / "job.out")
+    assert "job 4242 requeued (attempt 1 ends)" in _read(tmp_path / "job.out")
 
 
 # ------------------------------------------------------------------ the notice's cost follows the job

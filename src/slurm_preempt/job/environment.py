@@ -37,6 +37,9 @@ ENV_DONE_FILE = "SLURM_PREEMPT_DONE_FILE"
 # node range: after its final checkpoint the command requeues the job only when the script cannot shrink
 # it; else it exits and the script shrinks the job. The batch script's node, for ranks elsewhere.
 ENV_SCRIPT_DECIDES = "SLURM_PREEMPT_SCRIPT_DECIDES"
+# Exported non-empty by the batch script of a job on more than one node: after its final checkpoint the
+# command exits and the script requeues the job once the command's steps have ended (``job/requeue.py``).
+ENV_SCRIPT_REQUEUES = "SLURM_PREEMPT_SCRIPT_REQUEUES"
 ENV_BATCH_HOST = "SLURM_PREEMPT_BATCH_HOST"
 
 

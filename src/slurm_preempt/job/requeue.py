@@ -3,7 +3,8 @@
 An array task is named ``ARRAY_TASK`` (never by a bare id that may be the whole array's), so it
 requeues only itself. Slurm then sends the job SIGTERM, waits KillWait and sends SIGKILL; the job is
 PENDING again with its restart count +1. The caller must ignore that SIGTERM (``Run`` does) and exit
-promptly. Import-light: ``slurm.py`` (which
+promptly. On more than one node the writer rank does not requeue (``leave``): the batch script does,
+once the command's steps have ended. Import-light: ``slurm.py`` (which
 pulls in ClusterShell) is imported only when a requeue is actually asked for.
 """
 
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from slurm_preempt.job.environment import ENV_SCRIPT_DECIDES, JobEnv, requeue_id
+from slurm_preempt.job.environment import ENV_SCRIPT_DECIDES, ENV_SCRIPT_REQUEUES, JobEnv, requeue_id
 from slurm_preempt.job.ledger_writer import LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,9 @@ def leave(
     requeue_exit_code: int | None,
     seconds_left: Callable[[], float | None],
 ) -> None:
-    """The writer rank's way out after its final checkpoint at ``step``: exit at once outside Slurm or
-    when the job script shrinks the job (``job/shrink.py``), else requeue and exit ``exit_code``, else
-    ``fallback_exit``. Raises SystemExit only."""
+    """The writer rank's way out after its final checkpoint at ``step``: exit at once outside Slurm,
+    when the job script shrinks the job (``job/shrink.py``) or when it requeues it (``ENV_SCRIPT_REQUEUES``),
+    else requeue and exit ``exit_code``, else ``fallback_exit``. Raises SystemExit only."""
     if not env.job_id:
         log.info("not inside a Slurm job: final checkpoint at step %d saved, exiting %d", step, exit_code)
         sys.exit(exit_code)
@@ -74,11 +75,34 @@ def leave(
             log.info("final checkpoint at step %d saved: the job script shrinks the job", step)
             sys.exit(exit_code)
         log.info("requeue, not shrink: %s", decision.why_not)
+    if _left_to_the_script(step):
+        sys.exit(exit_code)
     outcome = requeue_self(env, ledger, step=step, events=events)
     if outcome.ok:
         log.info("%s", outcome.message)
         sys.exit(exit_code)
     fallback_exit(outcome.message, requeue_exit_code, seconds_left())
+
+
+def _left_to_the_script(step: int) -> bool:
+    """On more than one node: tell the batch script to requeue the job once its steps have ended (it
+    names the file in ``ENV_SCRIPT_REQUEUES``). False where it does not, or the file cannot be made."""
+    marker = os.environ.get(ENV_SCRIPT_REQUEUES)
+    if not marker:
+        return False
+    try:
+        # A requeue sent while the step runs makes slurmctld end the job under it: slurmd's
+        # _rpc_terminate_job (src/slurmd/slurmd/req.c) sends SIGTERM to every step and waits up to
+        # KillWait for them (pause_for_job_completion), while srun reports "Job step aborted: Waiting up to
+        # KillWait+2 seconds" and ends the step itself. Exiting instead lets every rank and torchrun
+        # agent end on its own; the batch script requeues once srun has returned, when slurmd finds
+        # only the batch step left to end.
+        open(marker, "a").close()  # noqa: SIM115
+    except OSError as exc:
+        log.warning("cannot tell the job script to requeue (%s): requeueing from here", exc)
+        return False
+    log.info("final checkpoint at step %d saved: the job script requeues the job once its steps end", step)
+    return True
 
 
 # When Slurm cannot be asked to requeue: how long past the deadline to wait for the node to go.

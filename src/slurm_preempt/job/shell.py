@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +132,17 @@ def wait_for_notice(
         time.sleep(poll)
 
 
+def _ignore_sigterm() -> None:
+    """Slurm answers a requeue with SIGTERM to every process of the batch step, this one included, before
+    or after the request returns: it must neither stop the ledger record nor turn a requeue that Slurm
+    took into a failure (exit 143) for the script. Only the main thread may change a signal's handler."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
-    """Requeue this job. Returns (ok, message, exit code for the shell: 0, or the fallback code)."""
+    """Requeue this job, SIGTERM ignored from here on (``_ignore_sigterm``). Returns (ok, message, exit
+    code for the shell: 0, or the fallback code)."""
     from slurm_preempt.job.requeue import requeue_self
 
     env = JobEnv.from_environ()
@@ -141,6 +151,8 @@ def requeue(checkpoint_dir: Path | None = None) -> tuple[bool, str, int]:
     # Not _handled(): the final checkpoint just marked this very notice as handled for the next attempt.
     notice = fresh_notice(env, ledger.handled_events())
     events = {notice.event_id} if notice is not None and notice.event_id else set()
+    if env.job_id:
+        _ignore_sigterm()  # for the rest of this process, which ends once this returns
     outcome = requeue_self(env, ledger, step=found.step if found else None, events=events)
     if outcome.ok:
         return True, outcome.message, 0

@@ -105,6 +105,11 @@ class JobSpec:
         return int(low)
 
     @property
+    def several_nodes(self) -> bool:
+        """``--nodes`` allows more than one: the script, not the command, requeues (job/requeue.py)."""
+        return int((self.nodes or "1").rpartition("-")[2]) > 1
+
+    @property
     def notice_signal(self) -> str | None:
         return self.optin.signal
 
