@@ -642,3 +642,20 @@ def test_lightning_runs_the_command_under_srun_one_task_per_node_with_the_notice
     assert (given.forward_signal, given.ntasks_per_node) == ("TERM", 4)  # what the user says wins
     plain = gen.generate({"slurm_version": "none"}, ["python", "train.py"], Config()).spec
     assert plain.command == ["python", "train.py"] and not plain.lightning
+
+
+def test_expedite_asks_for_requeue_expedite_only_where_sbatch_knows_it():
+    """--requeue=expedite (25.11+): an older sbatch refuses the whole script, so the generator refuses
+    first, in one line; an unknown release is refused too (the user names it with --slurm-version)."""
+    made = gen.generate({"expedite": True, "slurm_version": "25.11"}, ["python", "train.py"], Config())
+    assert "#SBATCH --requeue=expedite\n" in made.script and "#SBATCH --requeue\n" not in made.script
+    assert "not held" in gen.explain(made.spec)
+    plain = gen.generate({"slurm_version": "26.05"}, ["python", "train.py"], Config())
+    assert "#SBATCH --requeue\n" in plain.script and "expedite" not in plain.script
+    for release, said in (("24.11", "Slurm 24.11"), ("none", "an unknown release")):
+        with pytest.raises(UsageError, match=f"--expedite needs Slurm 25.11 or later; .*{said}"):
+            gen.generate({"expedite": True, "slurm_version": release}, ["python", "t.py"], Config())
+    result = CliRunner().invoke(
+        cli_main, ["sbatch", "--expedite", "--slurm-version", "22.05", "--", "python", "t.py"]
+    )
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "22.05" in result.output

@@ -8,13 +8,18 @@ captured output: test_parse, test_hooks.)
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from clusterutil import own_cluster, requeue_second_over, wait_for
+from clusterutil import SP, own_cluster, requeue_second_over, submit_generated, wait_for
+from slurm_preempt import CheckpointStore
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.slurm import features
 
@@ -215,4 +220,55 @@ def test_expedited_requeue_from_25_11_restarts_on_other_nodes(tuned):
     print(f"Slurm {cl.slurm.version()}: expedited job went through {sorted(seen)}, now on {again.nodes}")
     assert again.nodes[0] != node and not any("BeginTime" in s for s in seen)
     cl.slurm.run(["scancel", job_id])
+    cl.revive_node(node)
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
+
+
+def _train(result: Path, step_seconds: float) -> list[str]:
+    return [sys.executable, str(EXAMPLE), "--steps", "400", "--every", "25", "--step-seconds",
+            str(step_seconds), "--result", str(result)]  # fmt: skip
+
+
+def test_a_generated_expedite_job_resumes_elsewhere_with_no_watcher(tuned, tmp_path):
+    """`slurm-preempt sbatch --expedite` (25.11+): no watcher runs; the job's node is removed; Slurm
+    starts it again at once on another node (no BeginTime hold) and it resumes from its checkpoint to
+    the uninterrupted result. Before 25.11 the generator refuses the option in one line (exit 2)."""
+    cl = tuned
+    version = cl.slurm.version()
+    release = ["--slurm-version", f"{version[0]}.{version[1]:02d}"]
+    if not features.has(version, features.EXPEDITED_REQUEUE):
+        refused = subprocess.run(
+            [SP, "sbatch", "--expedite", *release, "--", "true"], check=False, capture_output=True
+        )
+        assert refused.returncode == 2 and refused.stderr.decode().count("\n") == 1, refused
+        return
+    reference = tmp_path / "reference.json"
+    subprocess.run(
+        _train(reference, 0) + ["--checkpoint-dir", str(tmp_path / "ref")], check=True, capture_output=True
+    )
+    work = tmp_path / "expedite"
+    result = work / "result.json"
+    job_id = submit_generated(
+        cl, work, ["--job-name", "expedite", "--expedite", *release], _train(result, 0.05)
+    )
+    node = cl.wait_state(job_id, "RUNNING").nodes[0]
+    wait_for(lambda: CheckpointStore(work / "ckpt").latest(), 60, what="a periodic checkpoint")
+    cl.remove_node(node)
+    seen: set[str] = set()
+
+    def running_again():
+        job = cl.job(job_id)
+        seen.add(f"{job.state}/{job.reason}" if job else "gone")
+        return job if job and job.state == "RUNNING" and job.restart_count >= 1 else None
+
+    again = wait_for(running_again, 60, interval=0.1, what="the expedited job running again")
+    wait_for(result.exists, 120, what="the job's result")
+    print(f"Slurm {version}: generated expedite job went through {sorted(seen)}, then ran on {again.nodes}")
+    assert again.nodes[0] != node and not any("BeginTime" in s for s in seen)
+    assert json.loads(result.read_text())["value"] == json.loads(reference.read_text())["value"]
+    log = "".join(out.read_text() for out in sorted(work.glob("*.out")))  # one per attempt from 25.11
+    resumed = [int(step) for step in re.findall(r"resuming from step (\d+)", log)]
+    assert resumed and resumed[0] > 0, log  # from its checkpoint, not from scratch
     cl.revive_node(node)

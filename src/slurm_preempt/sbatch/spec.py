@@ -89,6 +89,7 @@ class JobSpec:
     rdzv_port: int = DEFAULTS["rdzv_port"]
     torchrun: str = "torchrun"
     slurm_version: tuple[int, int] | None = None  # the cluster's release, when known (--slurm-version)
+    expedite: bool = False  # --requeue=expedite (25.11+)
     torchrun_no_python: bool = False  # the command starts with a Python interpreter
 
     @property
@@ -149,7 +150,8 @@ class JobSpec:
         ):
             if value is not None:
                 opts.append((name, str(value)))
-        opts += [("requeue", None), ("open-mode", "append"), ("output", self.output)]
+        requeue = "expedite" if self.expedite else None
+        opts += [("requeue", requeue), ("open-mode", "append"), ("output", self.output)]
         if self.error:
             opts.append(("error", self.error))
         if self.timelimit_notice:
@@ -249,6 +251,14 @@ def _lightning(spec: JobSpec, s: dict) -> None:
         spec.command = ["srun", *spec.command]
 
 
+def _expedite(wanted: bool, version: tuple[int, int] | None) -> bool:
+    """``--requeue=expedite`` only where sbatch knows it: before 25.11 it refuses the whole script."""
+    if wanted and not features.has(version, features.EXPEDITED_REQUEUE):
+        known = f"Slurm {version[0]}.{version[1]:02d}" if version else "an unknown release (--slurm-version)"
+        raise UsageError(f"--expedite needs Slurm 25.11 or later; this cluster runs {known}")
+    return wanted
+
+
 def parse_slurm_version(value: Any) -> tuple[int, int] | None:
     """``26.05`` (or (26, 5), or ``slurm-wlm 26.05.5``) -> (26, 5); empty or ``none`` -> None."""
     if value is None or value == "" or str(value).lower() in ("none", "unknown"):
@@ -315,6 +325,7 @@ def _setup_line(line: str) -> str:
 
 
 def _preemption(spec: JobSpec, s: dict) -> None:
+    spec.expedite = _expedite(bool(s.get("expedite")), spec.slurm_version)
     notice = parse_signal(
         "--notice-signal", s.get("notice_signal", DEFAULTS["notice_signal"]), NOTICE_SIGNALS
     )
