@@ -135,3 +135,12 @@ def test_a_failing_build_step_is_named_in_one_line(tmp_path):
     with pytest.raises(ClusterError) as error:
         sourcebuild._run_build(argv, build_log, RELEASE)
     assert "failed at configure (exit 1)" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_multiarch_tuple_follows_the_machine_as_debian_names_it():
+    """Plugins and libraries go where the root's Debian packages put theirs: /usr/lib/<tuple>."""
+    assert sourcebuild.multiarch("x86_64") == "x86_64-linux-gnu"
+    assert sourcebuild.multiarch("aarch64") == "aarch64-linux-gnu"
+    assert sourcebuild.multiarch("ppc64le") == "powerpc64le-linux-gnu"
+    assert sourcebuild.multiarch("armv7l") == "arm-linux-gnueabihf"
+    assert f"--libdir=/usr/lib/{sourcebuild.TRIPLET}" in sourcebuild.CONFIGURE

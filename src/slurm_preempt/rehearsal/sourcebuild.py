@@ -4,7 +4,7 @@
 headers ``configure`` looks for (munge, MariaDB client, json-c, libyaml); the tarball is unpacked in
 the root and ``configure && make && make install`` run chrooted into it (``nice``: the build shares the
 machine with whatever else runs), with Slurm installed where Debian's packages put it (daemons in
-/usr/sbin, clients in /usr/bin, plugins in /usr/lib/<triplet>/slurm). The same cache, lock,
+/usr/sbin, clients in /usr/bin, plugins in /usr/lib/<multiarch tuple>/slurm). The same cache, lock,
 ``.partial`` folder and stamp as the Debian roots (``rootbuild``); the stamp also names the tarball's
 sha256 and the configure options, and a root built from another tarball or with other options is
 built again.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import platform
 import re
 import shutil
 import time
@@ -50,7 +51,23 @@ BUILD_PACKAGES = (
     "libpython3-stdlib",
     "libexpat1",
 )
-TRIPLET = "x86_64-linux-gnu"
+# Debian's multiarch tuple for this machine (where its packages put libraries and Slurm's plugins): the
+# root is debootstrapped for the host's own architecture. Most are `<uname -m>-linux-gnu`; these are not.
+MULTIARCH_EXCEPTIONS = {
+    "ppc64le": "powerpc64le-linux-gnu",
+    "i686": "i386-linux-gnu",
+    "i586": "i386-linux-gnu",
+    "armv7l": "arm-linux-gnueabihf",
+    "armv6l": "arm-linux-gnueabi",
+}
+
+
+def multiarch(machine: str) -> str:
+    """``x86_64`` -> ``x86_64-linux-gnu``, ``ppc64le`` -> ``powerpc64le-linux-gnu`` (Debian's tuples)."""
+    return MULTIARCH_EXCEPTIONS.get(machine, f"{machine}-linux-gnu")
+
+
+TRIPLET = multiarch(platform.machine())
 CONFIGURE = (
     "--prefix=/usr",
     "--sysconfdir=/etc/slurm",
