@@ -7,7 +7,8 @@ moves a pending job), from what the run itself has shown so far. Once moved, a r
 - ``deadline``: the watcher's Uniform-Progress rule (``watch/deadline.py``, its constants), on the
   work saved so far over the time since submission.
 - ``cost``: the measured overhead per preemption (everything held but not saved as work) times the
-  live preemption rate makes a preemptible node-hour of useful work dearer than an on-demand one.
+  live preemption rate makes a preemptible node-hour of useful work dearer than an on-demand one
+  (the watcher's model and constants, ``watch/cost.py``).
 - ``pending`` is decided where the run waits for capacity (``engine``), not here.
 """
 
@@ -19,11 +20,11 @@ import numpy as np
 
 from slurm_preempt.simulate.spec import HOUR, JobSpec
 from slurm_preempt.simulate.strategies import Strategy
+from slurm_preempt.watch.cost import MIN_PREEMPTIONS as MIN_PREEMPTIONS_FOR_COST
+from slurm_preempt.watch.cost import useful_share
 from slurm_preempt.watch.deadline import MIN_SHARE_FOR_RATE
 
 Array = Any  # numpy arrays; numpy's own types are not worth their weight here
-
-MIN_PREEMPTIONS_FOR_COST = 2  # one preemption says little about the overhead per preemption
 
 
 def decide(spec: JobSpec, strategy: Strategy, state: Any, rows: Array, live_rate: Array) -> Array:
@@ -53,7 +54,7 @@ def _dearer_than_on_demand(spec: JobSpec, state: Any, rows: Array, live_rate: Ar
     preemptions = state.preemptions[rows]
     seen = preemptions >= MIN_PREEMPTIONS_FOR_COST
     overhead = (state.held_spot[rows] - state.done[rows]) / np.maximum(preemptions, 1)
-    efficiency = 1.0 - live_rate * overhead
+    efficiency = useful_share(live_rate, overhead)
     with np.errstate(divide="ignore"):
         cost = np.where(efficiency > 0, spec.prices.ratio / efficiency, np.inf)
     return seen & (cost > 1.0)
