@@ -144,8 +144,15 @@ def test_the_interval_in_force_shortens_within_one_save_of_a_rate_jump(acluster,
             cl.slurm.resume(["pre2"])
             wait_for(lambda: _age(cl) >= JUMP_AGE, 120, 0.5, what="the watcher's age")
             cl.slurm.drain(["pre2", "pre3", "pre4"], REASON)  # a jump: three nodes in one second
-            jump = wait_for(lambda: (p := _pool(cl)) and p["jump"] and p, 60, 0.1, what="the jump flagged")
-            jumped_at = rate_file.stat().st_mtime
+
+            def jumped():
+                """The pool's figures and when they were written, once they show the jump."""
+                written = rate_file.stat().st_mtime
+                pool = _pool(cl)
+                same = rate_file.stat().st_mtime == written  # not replaced while being read
+                return (pool, written) if same and pool and pool["jump"] else None
+
+            jump, jumped_at = wait_for(jumped, 60, 0.1, what="the jump flagged")
             before = [e for e in _intervals(cl, job_id) if _when(e) < jumped_at][-1]
 
             def shortened():

@@ -16,6 +16,8 @@ is the user's own and is left alone::
                                          ... or when, at its measured progress, it can no longer
                                          finish by then (``watch/deadline.py``)
     slurm-preempt:fallback-storm=3       ... or after 3 attempts in a row saved no newer checkpoint
+    slurm-preempt:fallback-cost=10       ... or once a completed run costs more than on-demand by
+                                         over 10% (0: at all) on preemptible nodes (``watch/cost.py``)
     slurm-preempt:fast-restart=0         do not skip Slurm's ~121 s requeue wait
 """
 
@@ -45,6 +47,7 @@ class OptIn:
     fast_restart: bool = True
     fallback_deadline: datetime | None = None  # UTC
     fallback_storm: int | None = None  # attempts in a row without a newer checkpoint
+    fallback_cost: int | None = None  # margin in percent over the on-demand cost
 
     def to_comment(self) -> str:
         """The tokens for ``--comment`` (the inverse of ``parse``)."""
@@ -57,6 +60,8 @@ class OptIn:
             tokens.append(f"{PREFIX}fallback-deadline={deadline_text(self.fallback_deadline)}")
         if self.fallback_storm is not None:
             tokens.append(f"{PREFIX}fallback-storm={self.fallback_storm}")
+        if self.fallback_cost is not None:
+            tokens.append(f"{PREFIX}fallback-cost={self.fallback_cost}")
         if self.fallback_to != "standard":
             tokens.append(f"{PREFIX}fallback-to={self.fallback_to}")
         if not self.fast_restart:
@@ -93,7 +98,25 @@ def parse(comment: str) -> OptIn:
         fast_restart=values.get("fast-restart", "1") not in ("0", "no", "false"),
         fallback_deadline=parse_deadline(values.get("fallback-deadline")),
         fallback_storm=_positive_int(values.get("fallback-storm")),
+        fallback_cost=margin_percent(values.get("fallback-cost")),
     )
+
+
+MAX_MARGIN_PERCENT = 1000  # fallback-cost=PERCENT: more is no margin but a typo or a forgery
+
+
+def margin_percent(text: str | None) -> int | None:
+    """``fallback-cost``'s margin: a whole percent, 0 to ``MAX_MARGIN_PERCENT``; None for anything else."""
+    if text is None or not _NUMBER.fullmatch(text) or int(text) > MAX_MARGIN_PERCENT:
+        return None
+    return int(text)
+
+
+def unread_cost(comment: str) -> str | None:
+    """The value of a ``fallback-cost`` token ``parse`` did not believe (so ignored), for the one log
+    line that says so; None when the token is absent or was read."""
+    value = dict(_TOKEN.findall(comment or "")).get("fallback-cost")
+    return value if value is not None and margin_percent(value) is None else None
 
 
 def merge_comment(user_comment: str, optin: OptIn) -> str:

@@ -222,6 +222,15 @@ OPTIONS: tuple[Option, ...] = (
         details="Opt-in token: a restart storm is moved to `--fallback-to` nodes with its reason in "
         "`history`, instead of being requeued for ever.",
     ),
+    Option(
+        "fallback_cost",
+        "... or once a completed run costs more than on-demand by over PERCENT (0: at all).",
+        "PERCENT",
+        details="Opt-in token: when the job waits after its second or later preemption, the watcher "
+        "moves it if the live rate of its pool times its own measured overhead per preemption (work "
+        "lost, saves, restarts) makes it dearer on preemptible nodes, at the `[report]` prices or "
+        "discount (docs/watcher.md).",
+    ),
     Option("fallback_to", "Constraint to fall back to.", "CONSTRAINT", default="standard"),
     Option(
         "fast_restart",

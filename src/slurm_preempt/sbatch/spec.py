@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_preempt.errors import ConfigError, UsageError
-from slurm_preempt.optin import OptIn, merge_comment, parse_deadline
+from slurm_preempt.optin import MAX_MARGIN_PERCENT, OptIn, merge_comment, parse_deadline
 from slurm_preempt.sbatch.auto_interval import is_auto, resolve_interval
 from slurm_preempt.sbatch.options import (
     ARRAY_RE,
@@ -342,6 +342,7 @@ def _preemption(spec: JobSpec, s: dict) -> None:
         fast_restart=bool(s.get("fast_restart", DEFAULTS["fast_restart"])),
         fallback_deadline=_deadline(s.get("fallback_deadline")),
         fallback_storm=_optional_int("--fallback-storm", s.get("fallback_storm")),
+        fallback_cost=_margin(s.get("fallback_cost")),
     )
     if s.get("comment"):
         spec.user_comment = check_line("--comment", s["comment"])
@@ -359,6 +360,11 @@ def _preemption(spec: JobSpec, s: dict) -> None:
 
 def _optional_int(option: str, value: Any) -> int | None:
     return None if value is None else positive_int(option, value)
+
+
+def _margin(value: Any) -> int | None:
+    """``--fallback-cost PERCENT``: a whole percent, 0 (dearer at all) to the token's bound."""
+    return None if value is None else positive_int("--fallback-cost", value, 0, MAX_MARGIN_PERCENT)
 
 
 def _checkpointing(spec: JobSpec, s: dict, job_name: str, home: Path) -> None:

@@ -19,16 +19,20 @@ from typing import Any
 from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import JobGoneError, SlurmError
 from slurm_preempt.notice import deadline, to_text, utcnow
+from slurm_preempt.records.prices import Prices
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job
+from slurm_preempt.watch import cost, storm
 from slurm_preempt.watch import deadline as deadline_rule
-from slurm_preempt.watch import storm
+from slurm_preempt.watch.rate import read_published
 from slurm_preempt.watch.sentstate import NodeEvent, SentState
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], None]
 Clock = Callable[[], datetime]
+NO_PRICES = Prices()  # none configured: the documented discount
+WARNED_KEPT = 10_000  # jobs whose bad token was logged (a watcher runs for months: memory stays flat)
 
 
 class LostLease(Exception):
@@ -49,6 +53,16 @@ class Context:
     may_act: Callable[[], bool] = lambda: True
     save: Callable[[], None] = lambda: None  # writes the sent-state when it changed
     counts: dict[str, int] = field(default_factory=dict)
+    prices: Prices = NO_PRICES  # [report]'s, for fallback-cost
+    warned: dict[str, None] = field(default_factory=dict)  # "job: what" said once (bounded: oldest go)
+
+    def warn_once(self, what: str, message: str, *args: Any) -> None:
+        if what in self.warned:
+            return
+        self.warned[what] = None
+        if len(self.warned) > WARNED_KEPT:
+            del self.warned[next(iter(self.warned))]
+        log.warning(message, *args)
 
     def check_lease(self) -> None:
         if not self.may_act():
@@ -169,14 +183,17 @@ def pending_for(job: Job, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds()) if since else 0.0
 
 
-def _fallback_why(job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | None = None) -> str | None:
+def _fallback_why(
+    job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | None = None, prices: Prices = NO_PRICES
+) -> str | None:
     if wish.fallback_after and job.restart_count >= wish.fallback_after:
         return f"preempted {job.restart_count} times (fallback-after={wish.fallback_after})"
     waited = pending_for(job, now)
     if wish.fallback_pending and waited >= wish.fallback_pending:
         wanted = job.features or "its nodes"
         return f"pending {waited:.0f} s for {wanted} (fallback-pending={wish.fallback_pending:g})"
-    if (wish.fallback_deadline is None and not wish.fallback_storm) or state_dir is None:
+    judged = wish.fallback_deadline is not None or wish.fallback_storm or wish.fallback_cost is not None
+    if not judged or state_dir is None:
         return None
     try:
         events = ledger.trusted_events(state_dir, job.job_id)
@@ -184,15 +201,26 @@ def _fallback_why(job: Job, wish: optin.OptIn, now: datetime, state_dir: Path | 
         log.warning("job %s: ledger unreadable, its progress not judged: %s", job.job_id, exc)
         return None
     stormy = storm.storm(events, job.restart_count, wish.fallback_storm or 0, now)
-    if stormy is not None or wish.fallback_deadline is None:
+    if stormy is not None:
         return stormy
-    return deadline_rule.behind(deadline_rule.progress_of(events, now), wish.fallback_deadline, now)
+    if wish.fallback_deadline is not None:
+        late = deadline_rule.behind(deadline_rule.progress_of(events, now), wish.fallback_deadline, now)
+        if late is not None:
+            return late
+    if wish.fallback_cost is None:
+        return None
+    asked = cost.CostWish(job.job_id, job.restart_count, job.features, job.num_nodes, wish.fallback_cost)
+    return cost.judge(asked, events, read_published(state_dir), prices, now)
 
 
 def _fallback(ctx: Context, job: Job, wish: optin.OptIn, now: datetime) -> None:
     if job.features == wish.fallback_to or ctx.sent.restarts_of(job.job_id).fallback:
         return
-    why = _fallback_why(job, wish, now, ctx.state_dir)
+    bad = optin.unread_cost(job.comment)
+    if bad is not None:
+        ctx.warn_once(f"{job.job_id}: cost", "job %s: fallback-cost=%r ignored (a whole percent, 0-%d)",
+                      job.job_id, bad, optin.MAX_MARGIN_PERCENT)  # fmt: skip
+    why = _fallback_why(job, wish, now, ctx.state_dir, ctx.prices)
     if why is None:
         return
     try:

@@ -21,6 +21,7 @@ from slurm_preempt import keytable
 from slurm_preempt.errors import ConfigError, SlurmError, UsageError
 from slurm_preempt.keytable import flag, key, seconds, text, texts, whole
 from slurm_preempt.notice import DEFAULT_GRACE_SECONDS
+from slurm_preempt.records.prices import Prices
 from slurm_preempt.slurm import pyslurm_backend
 from slurm_preempt.slurm.commands import Slurm
 from slurm_preempt.slurm.interface import WatcherSlurm
@@ -295,10 +296,12 @@ def build(
     lease = Lease(path, settings.lease_ttl) if job_id is None else None
     # Chosen once, when everything else is known to be right: the reads may go through pyslurm.
     reads = pyslurm_backend.choose(settings.backend, slurm)
-    return Watcher(
+    watcher = Watcher(
         reads, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
         detached=job_id is None,
     )  # fmt: skip
+    watcher.ctx.prices = Prices.from_config(conf.section("report"))  # fallback-cost's; bad: ConfigError
+    return watcher
 
 
 def check_writable(folder: Path, user: str, chosen: bool = True) -> None:
