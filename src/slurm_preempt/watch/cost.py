@@ -150,9 +150,9 @@ def dearer(
     ratio = cost_ratio(price[0], per_second, overhead.per_preemption)
     if ratio <= 1.0 + margin / 100.0:
         return None
-    cost = "never completes" if math.isinf(ratio) else f"costs {ratio:.2f}x on-demand"
+    cost = "a run never completes" if math.isinf(ratio) else f"a completed run costs {ratio:.2f}x on-demand"
     return (
-        f"on preemptible nodes a completed run {cost}: {rate[0]:.3g} preemptions per node-hour "
+        f"on preemptible nodes {cost}: {rate[0]:.3g} preemptions per node-hour "
         f"({rate[1]}) x {max(1, nodes)} node(s), {overhead.text()}, preemptible at {price[0]:.0%} of "
         f"on-demand ({price[1]}) (fallback-cost={margin}%)"
     )
