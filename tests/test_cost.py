@@ -207,3 +207,16 @@ def test_sbatch_writes_the_token_and_refuses_a_margin_out_of_range():
         refused = CliRunner().invoke(main, ["sbatch", "--fallback-cost", bad, "--", "true"])
         assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
         assert refused.output.startswith("Error: --fallback-cost"), refused.output
+
+
+def test_a_bad_report_section_stops_the_watcher_at_start(tmp_path):
+    from slurm_preempt.errors import ConfigError
+    from slurm_preempt.watch import settings
+
+    config = tmp_path / "config.toml"
+    config.write_text("[report]\npreemptible_discount = 2\n")
+    with pytest.raises(ConfigError, match="preemptible_discount"):
+        settings.build({}, config_file=config, state_dir=tmp_path, allow_preemptible_host=True)
+    config.write_text("[report]\ngpu_hour_on_demand = 4.0\ngpu_hour_preemptible = 1.0\n")
+    built = settings.build({}, config_file=config, state_dir=tmp_path, allow_preemptible_host=True)
+    assert cost.price_ratio(built.ctx.prices, gpus=True) == (0.25, "GPU-hour prices")

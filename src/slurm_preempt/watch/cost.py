@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from slurm_preempt.records import history as histories
-from slurm_preempt.records.attempts import FINISHED_CAUSES
+from slurm_preempt.records.attempts import FINISHED_CAUSES, Attempt
 from slurm_preempt.records.prices import Prices
 from slurm_preempt.watch.deadline import event_time
 
@@ -88,15 +88,22 @@ def overhead_of(job_id: str, events: list[dict], preemptions: int, now: datetime
             attempt.cause = "requeued"
     lost = sum(a.lost_seconds for a in attempts)
     saves = sum(_save_seconds(e) for e in past if e.get("kind") == "checkpoint_saved")
-    resumes = sorted(t for e in past if e.get("kind") == "resumed_from" and (t := event_time(e.get("time"))))
-    restarts = 0.0
-    for attempt in attempts[1:]:
+    return Overhead(preemptions, lost, saves, _restart_seconds(attempts[1:], past))
+
+
+def _restart_seconds(attempts: list[Attempt], events: list[dict]) -> float:
+    """From each attempt's start to its resume, in attempts that saved after resuming (in one that
+    did not, that time is already counted as work lost)."""
+    times = (event_time(e.get("time")) for e in events if e.get("kind") == "resumed_from")
+    resumes = sorted(t for t in times if t is not None)
+    total = 0.0
+    for attempt in attempts:
         assert attempt.start is not None
         resumed = next((t for t in resumes if t >= attempt.start), None)
         first_save = min(attempt.checkpoints, default=None)
         if resumed is not None and first_save is not None and resumed <= first_save:
-            restarts += (resumed - attempt.start).total_seconds()
-    return Overhead(preemptions, lost, saves, restarts)
+            total += (resumed - attempt.start).total_seconds()
+    return total
 
 
 def _save_seconds(event: dict) -> float:

@@ -277,6 +277,7 @@ def build(
         raise ConfigError(f"--config {config_file} does not exist")
     conf = configmod.load(paths)
     settings = settings_from(merged(conf.section("watch"), overrides, ", ".join(map(str, conf.sources))))
+    prices = Prices.from_config(conf.section("report"))  # fallback-cost's; a bad one: ConfigError
     if job_id is not None and overrides.get("interval") is None:
         settings = replace(settings, interval=settings.sidecar_interval)
     slurm = Slurm(timeout=settings.slurm_timeout, cwd="/")  # root's commands never from a user's folder
@@ -300,7 +301,7 @@ def build(
         reads, settings, sent, folder, sources, emit=emit, job_id=job_id, user=user, lease=lease,
         detached=job_id is None,
     )  # fmt: skip
-    watcher.ctx.prices = Prices.from_config(conf.section("report"))  # fallback-cost's; bad: ConfigError
+    watcher.ctx.prices = prices
     return watcher
 
 
