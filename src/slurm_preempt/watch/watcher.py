@@ -42,7 +42,7 @@ from slurm_preempt import ids, optin
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
-from slurm_preempt.watch import events, launchhold, sentstate
+from slurm_preempt.watch import events, growback, launchhold, sentstate
 from slurm_preempt.watch.actions import Clock, Context, Emit, LostLease, enforce, enforce_due, restart
 from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.outbox import Outbox
@@ -123,6 +123,8 @@ class Watcher:
         self._young_since: dict[str, datetime] = {}  # jobs whose signal waits: since when (our clock)
         self._save_failed = False
         self.rate = _rate_publisher(settings, state_dir, clock()) if job_id is None and user is None else None
+        windows = (settings.grow_back_every, settings.grow_back_min_window, settings.grace)
+        self.grower = growback.Grower(*windows) if settings.grow_back and job_id is None else None
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -178,6 +180,8 @@ class Watcher:
             names = sorted({e.node for e in due + enforcing})
             jobs = self._jobs(nodes=names, states=RUNNING_STATES)
             self._act_on_nodes(jobs, due, enforcing, in_flight)
+        if self.grower is not None and self.grower.due(now):
+            self.grower.look(self.ctx, self._nodes, self._jobs, {n.name for n in nodes})
         if self.settings.fast_restart or self.settings.fallback:
             pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
