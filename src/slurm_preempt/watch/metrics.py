@@ -197,7 +197,8 @@ class Metrics:
             return
         # In the ledger's order (files named by nanoseconds; the times inside are whole seconds).
         told = [i for i, e in enumerate(events) if e.get("kind") == "notice_sent"]
-        if not told:
+        grown = [i for i, e in enumerate(events) if e.get("kind") == "grow_back"]
+        if not told or (grown and grown[-1] > told[-1]):  # a grow-back's requeue: no drain, nothing at risk
             return
         after = events[told[-1] + 1 :]
         final = any(e.get("kind") == "checkpoint_saved" and e.get("final") is True for e in after)
