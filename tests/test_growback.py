@@ -81,6 +81,7 @@ def test_forged_tokens_are_ignored_and_named():
         assert wish.grow_back is None and wish.max_nodes is None
         assert len(refused_tokens(comment)) == 2
     assert optin.parse(f"{OPTED} slurm-preempt:max-nodes=100001").max_nodes is None  # past any cluster
+    assert refused_tokens("slurm-preempt:grow-back=\x1b[2J") == ["grow-back='\\x1b[2J'"]  # logged escaped
     assert optin.parse(WISH.to_comment()) == WISH and refused_tokens(WISH.to_comment()) == []
 
 

@@ -47,7 +47,7 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
-        if event["kind"] == "grow_back" and _by(event) in ("root", "writer", ""):
+        if event["kind"] == "grow_back":
             history.ignored_events += not _applied(_add_grow_back, history, attempts, event)
         if event["kind"] in ("launch_held", "fallback"):
             add = _add_launch_held if event["kind"] == "launch_held" else _add_move

@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from slurm_preempt import ledger, optin
+from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.notice import GROW_BACK_SOURCE, Notice, notice_path, to_text, write_notice
 from slurm_preempt.slurm.parse import Job, Node
@@ -132,9 +132,9 @@ def refused_tokens(comment: str) -> list[str]:
     asked = dict(optin.tokens(comment))
     bad = []
     if "grow-back" in asked and wish.grow_back is None:
-        bad.append(f"grow-back={asked['grow-back']}")
+        bad.append(f"grow-back={ids.shorten(asked['grow-back'], 20)}")  # user text: escaped
     if "max-nodes" in asked and wish.max_nodes is None:
-        bad.append(f"max-nodes={asked['max-nodes']}")
+        bad.append(f"max-nodes={ids.shorten(asked['max-nodes'], 20)}")
     return bad
 
 
@@ -142,7 +142,7 @@ def refused_tokens(comment: str) -> list[str]:
 
 
 def last_grow(ctx: Context, job: Job) -> datetime | None:
-    """When the watcher last told this job to grow back (root's ``grow_back`` records), if ever.
+    """When a watcher last told this job to grow back (its ``grow_back`` records), if ever.
     (``actions.restart`` releases the requeued job at once when that record is of its last attempt.)"""
     if ctx.state_dir is None:
         return None
@@ -151,7 +151,9 @@ def last_grow(ctx: Context, job: Job) -> datetime | None:
     except (OSError, ValueError) as exc:
         log.warning("job %s: ledger unreadable, no grow-back: %s", job.job_id, exc)
         return datetime.max.replace(tzinfo=ctx.clock().tzinfo)  # unknown: as if it just grew
-    times = [event_time(e.get("time")) for e in found if e["kind"] == "grow_back" and e["_trusted"]]
+    # Root's records (the daemon's), or a user watcher's own in its user's folder: a user who forges or
+    # deletes one there only changes when their own job may be told again.
+    times = [event_time(e.get("time")) for e in found if e["kind"] == "grow_back"]
     return max((t for t in times if t is not None), default=None)
 
 
