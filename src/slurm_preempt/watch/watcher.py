@@ -16,8 +16,13 @@ nodes:
 4. ``sinfo -N`` of every node, for the pools' sizes behind the live preemption rate (``watch.rate``),
    only in a poll that opened drain events, at most every ``rate_pool_refresh`` seconds.
 
-So at most 4 queries (3 but for the rate's), plus the actions: one ``scancel --signal`` per batch of
-jobs told (a few batches side by side) and one ``scontrol update`` per job restarted or moved.
+5. with ``grow_back`` on, every ``grow_back_every`` seconds: ``sinfo -N -t idle``, and only when a node is
+   idle ``squeue -t running`` (then ``sinfo -t idle -p P`` per partition of jobs below their MAX:
+   ``watch.growback``).
+
+So at most 4 queries (3 but for the rate's; a grow-back look adds its own), plus the actions: one
+``scancel --signal`` per batch of jobs told (a few batches side by side) and one ``scontrol update`` per
+job restarted or moved.
 Nothing kept from one poll to the next grows with the number of polls: only what is open now
 (``SentState``).
 
