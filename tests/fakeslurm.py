@@ -90,6 +90,8 @@ class FakeJob:
             array_job_id=self.array_job_id,
             array_task_id=self.array_task_id,
             user=self.user,
+            partition="batch",
+            num_nodes=len(self.nodes),
         )
 
 
@@ -160,17 +162,26 @@ class FakeSlurm:
 
     # ------------------------------------------------------------------------------------ WatcherSlurm
 
-    def nodes(self, *, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
+    def nodes(
+        self, *, names: Iterable[str] | None = None, states: str | None = None, partition: str | None = None
+    ) -> list[Node]:
         chosen = tuple(names) if names is not None else None
-        self._enter("nodes", names=chosen, states=states)
-        wanted = set(states.lower().split(",")) if states else None  # only drain and down are modelled
+        self._enter("nodes", names=chosen, states=states, partition=partition)  # one partition: "batch"
+        wanted = set(states.lower().split(",")) if states else None  # drain, down and idle are modelled
         with self._lock:
-            return [
-                self._as_node(node)
-                for node in self.node_table.values()
-                if (chosen is None or node.name in chosen)
-                and (wanted is None or ("drain" in wanted and node.drain) or ("down" in wanted and node.down))
-            ]
+            found = [self._as_node(node) for node in self.node_table.values()]
+        return [
+            node
+            for node in found
+            if (chosen is None or node.name in chosen)
+            and (partition in (None, "batch"))
+            and (
+                wanted is None
+                or ("drain" in wanted and node.drain)
+                or ("down" in wanted and node.down)
+                or ("idle" in wanted and node.state == "IDLE" and not node.drain)
+            )
+        ]
 
     def jobs(
         self,

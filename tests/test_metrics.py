@@ -253,3 +253,19 @@ def test_prometheus_sees_the_drain_the_notice_the_save_and_the_signal_latency(
 
 def _all(query, expected: dict[str, float]) -> bool:
     return all(_scalar(query, promql) == value for promql, value in expected.items())
+
+
+def test_a_grow_back_is_counted_and_its_restart_is_no_told_jobs_outcome(tmp_path):
+    """watch/growback.py: the job left to come back larger; nothing of it was at risk."""
+    from slurm_preempt import ledger
+
+    m = Metrics()
+    m.bind(tmp_path, lambda _node: None)
+    ledger.record(tmp_path, "7", "notice_sent", "watcher", event_id="pre3@2026-12-01T06:00:00Z")  # its shrink
+    ledger.record(tmp_path, "7", "checkpoint_saved", "job", step=36, final=True)
+    ledger.record(tmp_path, "7", "grow_back", "watcher", num_nodes_before=2, nodes=3)
+    ledger.record(tmp_path, "7", "checkpoint_saved", "job", step=476, final=True)
+    m.observe({"event": "grow_back", "job_id": "7"})
+    m.observe({"event": "fast_restart", "job_id": "7"})
+    assert _value(m, "slurm_preempt_grow_backs_total") == 1
+    assert _value(m, "slurm_preempt_jobs_told_total", outcome="saved") == 0

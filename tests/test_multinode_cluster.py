@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -264,11 +265,13 @@ def test_srun_multitask_job_survives_a_drain_with_zero_steps_redone(clean_cluste
     _check_left_before_the_requeue(log)
 
 
-def _srun_range_job(cl, tmp_path: Path, name: str, steps: int = STEPS) -> tuple[str, Path, Path]:
+def _srun_range_job(
+    cl, tmp_path: Path, name: str, steps: int = STEPS, extra: Sequence[str] = ()
+) -> tuple[str, Path, Path]:
     work, result = tmp_path / name, tmp_path / name / "result.json"
     # No --ntasks-per-node: with it sbatch asks for MIN tasks, and Slurm allocates only MIN nodes;
     # without it each srun runs one task per node of the allocation.
-    options = ["--job-name", name, "--nodes", "2-3",
+    options = ["--job-name", name, "--nodes", "2-3", *extra,
                "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
     return submit_generated(cl, work, options, ["srun", *_train(result, steps)]), work, result
 

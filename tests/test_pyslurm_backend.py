@@ -239,3 +239,12 @@ def test_jobs_by_id_node_and_user():
     assert [j.job_id for j in slurm.jobs(user="bob")] == ["8"]
     assert [j.job_id for j in slurm.jobs(job_ids=["10_2"])] == ["12"]  # given ids: ended ones too
     assert [j.nodes for j in slurm.nodes(names=["x"])] == []
+
+
+def test_idle_nodes_of_one_partition_as_sinfo_p_gives_them():
+    """Grow-back's `sinfo -N -t idle --partition=P` (watch/growback.py): pyslurm's Node.partitions."""
+    nodes = [fake_node("pre1", "IDLE", partitions=["batch"]), fake_node("pre2", "IDLE", partitions=["other"]),
+             fake_node("pre3", "MIXED", partitions=["batch"])]  # fmt: skip
+    slurm = backend(module(nodes=nodes))
+    assert [n.name for n in slurm.nodes(states="idle", partition="batch")] == ["pre1"]
+    assert [n.name for n in slurm.nodes(states="idle")] == ["pre1", "pre2"]

@@ -87,3 +87,20 @@ def test_the_writer_rank_leaves_the_job_to_the_script_only_when_it_can_shrink(tm
     assert not host.shrink and "batch host pre1" in host.why_not
     off = would_shrink(_environ(tmp_path, SLURM_PREEMPT_SCRIPT_DECIDES=""), _Slurm(NODES, {"pre3"}))
     assert not off.shrink
+
+
+def test_a_grow_back_notice_never_shrinks_the_job(tmp_path):
+    """A grow-back (watch/growback.py) names the batch host and no node leaves: the job requeues."""
+    from datetime import datetime, timezone
+
+    from slurm_preempt.notice import GROW_BACK_SOURCE, Notice, notice_path, write_notice
+
+    now = datetime.now(timezone.utc)
+    path = notice_path(tmp_path, "7")
+    write_notice(path, Notice.for_drain("7", "pre1", "grow-back: 1 idle node(s), 2 -> 3 nodes",
+                                        GROW_BACK_SOURCE, now, 300, now, restart_count=0))  # fmt: skip
+    environ = _environ(tmp_path, SLURM_PREEMPT_NOTICE=str(path))
+    decision = would_shrink(environ, _Slurm(NODES, set()))
+    assert not decision.shrink and "grow-back notice" in decision.why_not
+    write_notice(path, Notice.for_drain("7", "pre3", "drained", "slurm", now, 300, now, restart_count=0))
+    assert would_shrink(environ, _Slurm(NODES, set())).survivors == ("pre1", "pre2")  # a drain still shrinks

@@ -8,7 +8,7 @@ Each file is written with ``durable.write_atomic``, so a reader never sees half 
 hosts ever append to one file (the state directory is usually NFS). Kinds:
 
     attempt_start  attempt_end  notice_sent  signal_sent  checkpoint_saved  resumed_from
-    requeued  fast_restart  fallback  enforced_requeue  launch_held  shrunk
+    requeued  fast_restart  fallback  enforced_requeue  launch_held  shrunk  grow_back
 
 Every event carries ``kind``, ``job_id``, ``time`` (UTC ISO), ``host`` and ``source`` (``hook``,
 ``watcher``, ``job``, ``drill``). The prolog/epilog hooks write the same shape from shell.
@@ -69,6 +69,7 @@ KINDS = (
     "enforced_requeue",
     "launch_held",
     "shrunk",
+    "grow_back",
 )
 
 

@@ -31,6 +31,9 @@ from slurm_preempt.trust import read_small, writer_uids
 VERSION = 1
 ENV_NOTICE = "SLURM_PREEMPT_NOTICE"  # where a job reads its notice (the TaskProlog exports it)
 DEFAULT_GRACE_SECONDS = 300.0  # the providers' window from drain to removal: the default grace
+# The source of a notice that tells a job below its MAX nodes to requeue and come back larger
+# (watch/growback.py): no node is leaving, so a job never shrinks on it (job/shrink.py).
+GROW_BACK_SOURCE = "grow-back"
 
 
 def utcnow() -> datetime:

@@ -19,6 +19,11 @@ is the user's own and is left alone::
     slurm-preempt:fallback-cost=10       ... or once a completed run costs more than on-demand by
                                          over 10% (0: at all) on preemptible nodes (``watch/cost.py``)
     slurm-preempt:fast-restart=0         do not skip Slurm's ~121 s requeue wait
+    slurm-preempt:grow-back=600          a job below its MAX nodes may be told to requeue to come back
+                                         larger when idle nodes match it, at most once per 600 s
+                                         (``watch/growback.py``; the watcher's ``grow_back`` key too)
+    slurm-preempt:max-nodes=3            MAX of its ``--nodes=MIN-MAX``: Slurm does not report it for a
+                                         running job (squeue's MaxNodes is the count it holds)
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class OptIn:
     fallback_deadline: datetime | None = None  # UTC
     fallback_storm: int | None = None  # attempts in a row without a newer checkpoint
     fallback_cost: int | None = None  # margin in percent over the on-demand cost
+    grow_back: int | None = None  # seconds at least between two grow-backs (watch/growback.py)
+    max_nodes: int | None = None  # MAX of the job's node range
 
     def to_comment(self) -> str:
         """The tokens for ``--comment`` (the inverse of ``parse``)."""
@@ -66,6 +73,10 @@ class OptIn:
             tokens.append(f"{PREFIX}fallback-to={self.fallback_to}")
         if not self.fast_restart:
             tokens.append(f"{PREFIX}fast-restart=0")
+        if self.grow_back is not None:
+            tokens.append(f"{PREFIX}grow-back={self.grow_back}")
+        if self.max_nodes is not None:
+            tokens.append(f"{PREFIX}max-nodes={self.max_nodes}")
         return " ".join(tokens)
 
 
@@ -80,9 +91,14 @@ def normalize_signal(name: str) -> str | None:
     return text
 
 
+def tokens(comment: str) -> list[tuple[str, str]]:
+    """The ``(KEY, VALUE)`` of every token in a comment, as written (values not checked)."""
+    return _TOKEN.findall(comment or "")
+
+
 def parse(comment: str) -> OptIn:
     """Read the tokens of a job comment. Bad values are ignored, never trusted."""
-    values = dict(_TOKEN.findall(comment or ""))
+    values = dict(tokens(comment))
     if not values:
         return OptIn()
     try:
@@ -99,6 +115,8 @@ def parse(comment: str) -> OptIn:
         fallback_deadline=parse_deadline(values.get("fallback-deadline")),
         fallback_storm=_positive_int(values.get("fallback-storm")),
         fallback_cost=margin_percent(values.get("fallback-cost")),
+        grow_back=_positive_int(values.get("grow-back")),
+        max_nodes=_positive_int(values.get("max-nodes"), MAX_NODES),
     )
 
 
@@ -126,8 +144,13 @@ def merge_comment(user_comment: str, optin: OptIn) -> str:
     return f"{optin.to_comment()} {kept}".strip()
 
 
-def _positive_int(text: str | None) -> int | None:
+MAX_NODES = 100_000  # slurm.parse.MAX_NODES: more than any cluster has
+
+
+def _positive_int(text: str | None, most: int | None = None) -> int | None:
     if text is None or not _NUMBER.fullmatch(text) or int(text) <= 0:
+        return None
+    if most is not None and int(text) > most:
         return None
     return int(text)
 

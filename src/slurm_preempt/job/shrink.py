@@ -42,7 +42,7 @@ from datetime import datetime
 from slurm_preempt import ledger
 from slurm_preempt.job.environment import ENV_BATCH_HOST, ENV_SCRIPT_DECIDES, JobEnv, fresh_notice, requeue_id
 from slurm_preempt.job.ledger_writer import LedgerWriter
-from slurm_preempt.notice import to_text, utcnow
+from slurm_preempt.notice import GROW_BACK_SOURCE, to_text, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +234,10 @@ def _plan(env: JobEnv, environ: Mapping[str, str], slurm, min_nodes: int):
     job = slurm.job(requeue_id(env))
     if job is None or not job.running:
         return job, Decision(why_not=f"job {env.job_id} is not running ({job.state if job else 'gone'})")
+    notice = fresh_notice(env, set())
+    if notice is not None and notice.source == GROW_BACK_SOURCE:
+        why = "a grow-back notice: no node is leaving; it requeues to come back larger"
+        return job, Decision(why_not=why)
     # The batch script exports its node (SLURMD_NODENAME there) for the command's ranks on other nodes.
     batch_host = environ.get(ENV_BATCH_HOST) or environ.get("SLURMD_NODENAME", "")
     leaving = _leaving(env, slurm, job.nodes)

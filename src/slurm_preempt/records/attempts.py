@@ -60,6 +60,7 @@ class Attempt:
     source: str = "ledger"  # or "ledger+sacct" / "sacct"
     controller_ended: bool = False  # EpilogSlurmctld recorded its end (once per attempt)
     shrinks: list[Shrink] = field(default_factory=list)  # nodes given back inside this attempt
+    grown: str = ""  # told to requeue to come back larger (records.shrinks.grown): its end cause
 
     @property
     def preempted(self) -> bool:

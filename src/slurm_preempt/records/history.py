@@ -47,6 +47,8 @@ def build(
         attempts = _merge_acct(history, attempts, acct)
     for event in events:
         history.ignored_events += not _applied(_apply_job_event, history, attempts, event)
+        if event["kind"] == "grow_back":
+            history.ignored_events += not _applied(_add_grow_back, history, attempts, event)
         if event["kind"] in ("launch_held", "fallback"):
             add = _add_launch_held if event["kind"] == "launch_held" else _add_move
             history.ignored_events += not _applied(add, history, attempts, event)
@@ -87,6 +89,13 @@ def _add_launch_held(history: JobHistory, _attempts, event: dict) -> None:
     where = f"moved to {fallback}, " if shown else ""
     by = "by the watcher" if _by(event) in ("root", "writer", "") else "(the job's owner says so)"
     history.warnings.append(f"{when} {why}: {where}released {by}")
+
+
+def _add_grow_back(_history: JobHistory, attempts: list[Attempt], event: dict) -> None:
+    moment = _time(event)
+    attempt = _attempt_at(attempts, moment) if moment is not None else None
+    if attempt is not None:
+        attempt.grown = shrinks.grown(event)
 
 
 def _add_move(history: JobHistory, _attempts, event: dict) -> None:
@@ -287,6 +296,8 @@ def _finish(attempts: list[Attempt]) -> None:
             attempt.cause = _ledger_cause(attempt, later)
         if attempt.cause == "requeued" and attempt.notice_time:
             attempt.cause = "requeued after notice"
+        if attempt.grown and attempt.cause.startswith("requeued"):
+            attempt.cause = attempt.grown  # no preemption: the job left to come back on more nodes
         if later is not None and attempt.end and later.start:
             later.wait_before = max(0.0, (later.start - attempt.end).total_seconds())
 

@@ -3,6 +3,9 @@
 The job writes ``shrunk`` (nodes before and after, when it was told, its final checkpoint, the shrink)
 and then its command's ``resumed_from``: together the time the shrink cost. Accounting closes the job's
 row as RESIZING at a shrink and opens a new one: ``fold_resizes`` makes them one attempt again.
+
+Its counterpart, a grow-back (watch/growback.py), ends an attempt: the watcher's ``grow_back`` record
+(root's) names the attempt's end cause, "grown back: 2 -> 3 nodes" (``grown``), which is no preemption.
 """
 
 from __future__ import annotations
@@ -107,3 +110,12 @@ def text(shrink: Shrink, clock: Callable[[datetime | None], str]) -> str:
         f"{clock(shrink.noticed_at)}, checkpoint {clock(shrink.checkpoint_at)}, running again "
         f"{clock(shrink.running_again_at)}): idle {seconds_text(shrink.cost_seconds)}, no requeue"
     )
+
+
+def grown(event: dict) -> str:
+    """The end cause a watcher's ``grow_back`` record gives its attempt ("" for one not its shape)."""
+    before, after = event.get("num_nodes_before"), event.get("nodes")
+    counts = (before, after)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000 for n in counts):
+        return ""
+    return f"grown back: {before} -> {after} nodes"

@@ -259,6 +259,15 @@ OPTIONS: tuple[Option, ...] = (
         "starts its command again on the others in the same attempt (docs/resume.md, Elastic in place).",
     ),
     Option(
+        "grow_back",
+        "With --nodes=MIN-MAX, requeue to come back larger when idle nodes match it, at most this often.",
+        "SECONDS",
+        details="Opt-in tokens `grow-back=SECONDS` and `max-nodes=MAX`: a job running below MAX (shrunk, or "
+        "started smaller) is told by a watcher with `grow_back = true`, through a notice, to take its final "
+        "checkpoint and requeue; the watcher releases it at once and Slurm starts it on up to MAX nodes "
+        "(never more often than the watcher's `grow_back_min_window`).",
+    ),
+    Option(
         "timelimit_notice",
         "Treat the time limit as a preemption, warned this early.",
         "SECONDS",

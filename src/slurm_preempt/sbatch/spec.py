@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -344,6 +344,7 @@ def _preemption(spec: JobSpec, s: dict) -> None:
         fallback_storm=_optional_int("--fallback-storm", s.get("fallback_storm")),
         fallback_cost=_margin(s.get("fallback_cost")),
     )
+    _grow_back(spec, s.get("grow_back"))
     if s.get("comment"):
         spec.user_comment = check_line("--comment", s["comment"])
     check_line("the job comment", spec.comment)
@@ -356,6 +357,18 @@ def _preemption(spec: JobSpec, s: dict) -> None:
     spec.sidecar = bool(s.get("sidecar", DEFAULTS["sidecar"]))
     spec.shrink = bool(s.get("shrink", DEFAULTS["shrink"]))
     spec.grace = positive_int("--grace", s.get("grace", DEFAULTS["grace"]), 1)
+
+
+def _grow_back(spec: JobSpec, value: Any) -> None:
+    """``--grow-back SECONDS``: the window, and MAX of ``--nodes`` (Slurm shows a running job only the
+    count it holds: watch/growback.py), as tokens."""
+    if value is None:
+        return
+    low, _, high = (spec.nodes or "").partition("-")
+    if not (high and int(low) < int(high)):
+        raise UsageError("--grow-back needs a node range: --nodes=MIN-MAX")
+    window = positive_int("--grow-back", value, 1, 10**8)
+    spec.optin = replace(spec.optin, grow_back=window, max_nodes=int(high))
 
 
 def _optional_int(option: str, value: Any) -> int | None:

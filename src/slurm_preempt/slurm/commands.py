@@ -143,14 +143,19 @@ class Slurm:
             except ValueError as exc:
                 raise _no_version(argv, 0, str(exc)) from None
 
-    def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
-        """All nodes (or ``names``), in one ``sinfo`` call whatever the cluster size."""
+    def nodes(
+        self, names: Iterable[str] | None = None, states: str | None = None, partition: str | None = None
+    ) -> list[Node]:
+        """All nodes (or ``names``, or those of ``partition``), in one ``sinfo`` call whatever the
+        cluster size."""
         fields = parse.format_arg(parse.NODE_FIELDS, parse.NODE_TEXT_FIELDS)
         argv = ["sinfo", "-h", "-N", "-O", fields]
         if names:
             argv += ["-n", _nodes(names)]
         if states:
             argv += ["-t", states]
+        if partition:
+            argv.append(f"--partition={partition}")  # one argument: a name never reads as an option
         return parse.parse_nodes(self.run_bytes(argv))
 
     def jobs(

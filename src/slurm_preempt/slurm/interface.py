@@ -18,8 +18,11 @@ from slurm_preempt.slurm.parse import Job, Node
 
 
 class WatcherSlurm(Protocol):
-    def nodes(self, *, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
-        """``sinfo -N``: the nodes named (all when None) in the states given (e.g. ``drain,down``)."""
+    def nodes(
+        self, *, names: Iterable[str] | None = None, states: str | None = None, partition: str | None = None
+    ) -> list[Node]:
+        """``sinfo -N``: the nodes named (all when None) in the states given (e.g. ``drain,down``), of
+        one partition when given."""
         ...
 
     def jobs(

@@ -123,7 +123,9 @@ class PyslurmSlurm(Slurm):
 
     module: Any = field(default=None, repr=False)  # the imported pyslurm
 
-    def nodes(self, names: Iterable[str] | None = None, states: str | None = None) -> list[Node]:
+    def nodes(
+        self, names: Iterable[str] | None = None, states: str | None = None, partition: str | None = None
+    ) -> list[Node]:
         wanted = set(names) if names else None
         loaded = self._load(lambda: self.module.Nodes.load())
         found: list[Node] = []
@@ -137,11 +139,12 @@ class PyslurmSlurm(Slurm):
             except ValueError as exc:
                 log.warning("pyslurm node refused: %s", exc)
                 continue
-            if (wanted is None or record.name in wanted) and node_matches(record, states):
+            in_partition = not partition or partition in (getattr(node, "partitions", None) or ())
+            if (wanted is None or record.name in wanted) and in_partition and node_matches(record, states):
                 found.append(record)
         unread = [n for n in unread if n and (wanted is None or n in wanted)]
         if unread:  # the CLI decodes what pyslurm could not; a name it cannot tell is refused
-            found += Slurm.nodes(self, names=unread, states=states)
+            found += Slurm.nodes(self, names=unread, states=states, partition=partition)
         return found
 
     def jobs(

@@ -144,7 +144,7 @@ def restart(ctx: Context, job: Job, fast: bool, fallback: bool, now: datetime) -
     requeued = job.reason == "BeginTime" and job.restart_count > 0
     if not (fast and wish.fast_restart and requeued):
         return
-    if _left_nodes_still_away(ctx, job) and requeue_second_over(job, now):
+    if (_left_nodes_still_away(ctx, job) or _grown_back(ctx, job)) and requeue_second_over(job, now):
         _fast_restart(ctx, job)
 
 
@@ -157,6 +157,19 @@ def _left_nodes_still_away(ctx: Context, job: Job) -> bool:
     """
     nodes = ctx.sent.nodes_told(job.job_id)
     return bool(nodes) and all(node in ctx.sent.events for node in nodes)
+
+
+def _grown_back(ctx: Context, job: Job) -> bool:
+    """The job requeued itself at a grow-back in its last attempt (``watch/growback.py``; root's
+    ``grow_back`` record of that attempt says so): it left no node that is going away, and Slurm keeps
+    its node range, so releasing it at once lets it start on more nodes now."""
+    if ctx.state_dir is None or job.restart_count <= 0:
+        return False
+    try:
+        found = ledger.find(ctx.state_dir, job.job_id, "grow_back", restart_count=job.restart_count - 1)
+    except (OSError, ValueError):
+        return False
+    return found is not None
 
 
 # Slurm revokes the old attempt's credential on each node it leaves with the controller's time of the

@@ -2,8 +2,8 @@
 
 Everything counted here comes from what the watcher already says: each poll's outcome and duration
 (``observe_poll``, from the loop), and the JSON events of its acts (``observe``, the same stream as
-``--json``): drains seen, notices written, signals sent, fast restarts, fallbacks. Whether a told job
-kept its work is read from its ledger when the watcher restarts it: a ``checkpoint_saved`` marked
+``--json``): drains seen, notices written, signals sent, fast restarts, fallbacks, grow-backs. Whether a
+told job kept its work is read from its ledger when the watcher restarts it: a ``checkpoint_saved`` marked
 ``final`` after its notice counts it saved, none lost.
 
 Label values are a closed set (sources, outcomes), never job ids, node names, job names or comments:
@@ -124,6 +124,9 @@ class Metrics:
         self.enforced = prom.Counter(
             "slurm_preempt_enforced_requeues", "Jobs requeued near the deadline", registry=r
         )
+        self.grow_backs = prom.Counter(
+            "slurm_preempt_grow_backs", "Jobs below their MAX nodes told to requeue larger", registry=r
+        )
         self.lease = prom.Gauge(
             "slurm_preempt_lease_held", "1 while this watcher acts, 0 on standby", registry=r
         )
@@ -171,6 +174,8 @@ class Metrics:
             self.fallbacks.inc()
         elif kind == "enforced_requeue":
             self.enforced.inc()
+        elif kind == "grow_back":
+            self.grow_backs.inc()
 
     def _signal(self, event: Mapping[str, Any]) -> None:
         source = _source(self._source_of(str(event.get("node", ""))))
@@ -192,7 +197,8 @@ class Metrics:
             return
         # In the ledger's order (files named by nanoseconds; the times inside are whole seconds).
         told = [i for i, e in enumerate(events) if e.get("kind") == "notice_sent"]
-        if not told:
+        grown = [i for i, e in enumerate(events) if e.get("kind") == "grow_back"]
+        if not told or (grown and grown[-1] > told[-1]):  # a grow-back's requeue: no drain, nothing at risk
             return
         after = events[told[-1] + 1 :]
         final = any(e.get("kind") == "checkpoint_saved" and e.get("final") is True for e in after)

@@ -125,6 +125,18 @@ class Settings:
         600.0, seconds(positive=True), "seconds between counts of the pools' nodes (one `sinfo`)"
     )
     fallback: bool = key(True, flag, "apply the jobs' fallback policies")
+    grow_back: bool = key(
+        False,
+        flag,
+        "tell opted-in jobs below their MAX nodes to requeue when idle nodes match them "
+        "(`slurm-preempt:grow-back=SECONDS`)",
+    )
+    grow_back_min_window: float = key(
+        600.0, seconds(positive=True), "least seconds between two grow-backs of a job, whatever it asks"
+    )
+    grow_back_every: float = key(
+        60.0, seconds(positive=True), "seconds between two looks for idle nodes (one `sinfo`)"
+    )
     max_backoff: float = key(60.0, seconds(positive=True), "longest wait after failed polls")
     slurm_timeout: float = key(15.0, seconds(positive=True), "timeout of each Slurm command")
     backend: str = key(

@@ -16,8 +16,13 @@ nodes:
 4. ``sinfo -N`` of every node, for the pools' sizes behind the live preemption rate (``watch.rate``),
    only in a poll that opened drain events, at most every ``rate_pool_refresh`` seconds.
 
-So at most 4 queries (3 but for the rate's), plus the actions: one ``scancel --signal`` per batch of
-jobs told (a few batches side by side) and one ``scontrol update`` per job restarted or moved.
+5. with ``grow_back`` on, every ``grow_back_every`` seconds: ``sinfo -N -t idle``, and only when a node is
+   idle ``squeue -t running`` (then ``sinfo -t idle -p P`` per partition of jobs below their MAX:
+   ``watch.growback``).
+
+So at most 4 queries (3 but for the rate's; a grow-back look adds its own), plus the actions: one
+``scancel --signal`` per batch of jobs told (a few batches side by side) and one ``scontrol update`` per
+job restarted or moved.
 Nothing kept from one poll to the next grows with the number of polls: only what is open now
 (``SentState``).
 
@@ -42,7 +47,7 @@ from slurm_preempt import ids, optin
 from slurm_preempt.notice import deadline, event_id, utcnow
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
-from slurm_preempt.watch import events, launchhold, sentstate
+from slurm_preempt.watch import events, growback, launchhold, sentstate
 from slurm_preempt.watch.actions import Clock, Context, Emit, LostLease, enforce, enforce_due, restart
 from slurm_preempt.watch.lease import Lease
 from slurm_preempt.watch.outbox import Outbox
@@ -123,6 +128,8 @@ class Watcher:
         self._young_since: dict[str, datetime] = {}  # jobs whose signal waits: since when (our clock)
         self._save_failed = False
         self.rate = _rate_publisher(settings, state_dir, clock()) if job_id is None and user is None else None
+        windows = (settings.grow_back_every, settings.grow_back_min_window, settings.grace)
+        self.grower = growback.Grower(*windows) if settings.grow_back and job_id is None else None
 
     # ------------------------------------------------------------------------------------ one round
 
@@ -178,6 +185,8 @@ class Watcher:
             names = sorted({e.node for e in due + enforcing})
             jobs = self._jobs(nodes=names, states=RUNNING_STATES)
             self._act_on_nodes(jobs, due, enforcing, in_flight)
+        if self.grower is not None and self.grower.due(now):
+            self.grower.look(self.ctx, self._nodes, self._jobs, {n.name for n in nodes})
         if self.settings.fast_restart or self.settings.fallback:
             pending = self._jobs(states=launchhold.PENDING_STATES)
             for job in pending:
