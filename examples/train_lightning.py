@@ -51,10 +51,20 @@ class Batches:
             yield self.x[picked], self.y[picked]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "done": self.done}
+        return {"epoch": self.epoch, "done": self.done, "world": self.world}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.done = state["epoch"], state["done"]
+        saved_world = state.get("world", self.world)
+        if saved_world == self.world:
+            return
+        # Saved on another number of ranks (a job that shrank in place, or came back on fewer nodes):
+        # the epoch's first done x saved_world batches of its order are taken; go on after them, in
+        # whole batches of this world (a few samples seen twice, none skipped). A finished pass stays one.
+        if self.done >= SAMPLES // saved_world // BATCH:
+            self.done = len(self)
+        else:
+            self.done = self.done * saved_world // self.world
 
 
 class Regression(L.LightningModule):

@@ -281,15 +281,20 @@ def submit_generated(cl: ClusterHandle, work: Path, options: list[str], command:
 
 @contextmanager
 def running_watcher(
-    cl: ClusterHandle, log_path: Path, grace: float, extra: Sequence[str] = ()
+    cl: ClusterHandle,
+    log_path: Path,
+    grace: float,
+    extra: Sequence[str] = (),
+    program: Sequence[str] = (SP,),
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """The cluster watcher daemon, polling every second, for the length of a test (``extra``: more
-    options)."""
+    options; ``program`` and ``env``: how to start slurm-preempt, e.g. inside another release's root)."""
     log = open(log_path, "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [SP, "watch", "--cluster", "--interval", "1", "--grace", str(grace), "--allow-preemptible-host",
+        [*program, "watch", "--cluster", "--interval", "1", "--grace", str(grace), "--allow-preemptible-host",
          "--state-dir", str(cl.spec.state_dir), *extra],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     try:
         yield proc

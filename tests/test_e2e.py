@@ -9,39 +9,18 @@ elsewhere, and finally produce exactly the uninterrupted result. Grace is compre
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from clusterutil import lift_requeue_hold, running_watcher, submit_generated, wait_for
+from preemption import EXAMPLE, GRACE, drill_runner, preempt_once, reference, resumed_where_it_left, train
 from slurm_preempt import CheckpointStore, ledger
 from slurm_preempt.rehearsal import drill
 
 pytestmark = pytest.mark.cluster
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_loop.py"
-STEPS, EVERY = 400, 25
-GRACE = 6.0
 PREEMPTIONS = 6  # more than MaxBatchRequeue's default 5
-
-
-def _reference(tmp_path: Path, steps: int = STEPS) -> int:
-    tmp_path.mkdir(exist_ok=True)
-    out = tmp_path / "reference.json"
-    subprocess.run(
-        [sys.executable, str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ref"), "--steps", str(steps),
-         "--every", str(EVERY), "--step-seconds", "0", "--result", str(out)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return json.loads(out.read_text())["value"]
-
-
-def _train(result: Path, step_seconds: float = 0.05) -> list[str]:
-    """The deterministic job: examples/train_loop.py for STEPS steps, a checkpoint every EVERY."""
-    return [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--every", str(EVERY), "--step-seconds",
-            str(step_seconds), "--result", str(result)]  # fmt: skip
 
 
 @pytest.fixture
@@ -52,31 +31,17 @@ def watcher(clean_cluster, tmp_path):
 
 def test_six_preemptions_zero_steps_lost_same_result(clean_cluster, watcher, tmp_path):
     cl = clean_cluster
-    expected = _reference(tmp_path)
+    expected = reference(tmp_path)
     work = tmp_path / "job"
     result = work / "result.json"
     # 0.2 s a step: six preemptions (~10 s each) come before the 80 s of work is done.
-    job_id = submit_generated(cl, work, ["--job-name", "e2e"], _train(result, step_seconds=0.2))
-    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    job_id = submit_generated(cl, work, ["--job-name", "e2e"], train(result, step_seconds=0.2))
+    runner = drill_runner(cl)
     for _round in range(PREEMPTIONS):
-        cl.wait_state(job_id, "RUNNING", timeout=30)
-        # Let it compute and take a periodic checkpoint or two before the provider strikes.
-        wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
-        node = cl.job(job_id).nodes[0]
-        event = runner.start_event([node], grace=GRACE, pause=1, reason=drill.DEFAULT_REASON)
-        runner.run_until_done(timeout=60)
-        watch = event.jobs[job_id]
-        assert watch.verdict(event.removed_at).startswith("saved"), watch
-        assert watch.running_again_at - watch.left_at < 60  # not Slurm's ~121 s hold (~3 s when idle)
-        assert node not in watch.where
+        preempt_once(cl, runner, job_id, work)
     wait_for(result.exists, 120, what="the job's result")
     assert json.loads(result.read_text())["value"] == expected
-    # Zero steps lost: every attempt resumed from the final checkpoint its predecessor took on notice.
-    events = ledger.events(cl.spec.state_dir, job_id)
-    requeued = [e for e in events if e["kind"] == "requeued"]
-    resumed = [e for e in events if e["kind"] == "resumed_from"]
-    assert len(requeued) == PREEMPTIONS and len(resumed) == PREEMPTIONS
-    assert [e.get("step") for e in resumed] == [e.get("step") for e in requeued]
+    resumed_where_it_left(cl.spec.state_dir, job_id, PREEMPTIONS)
 
 
 SWEEP = """import os, runpy, sys
@@ -103,7 +68,7 @@ def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluste
 
     wait_for(started, 60, what="the sweep running")
     preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
-    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    runner = drill_runner(cl)
     events = runner.random(preemptible, mtbp=6, duration=15, grace=4, pause=1, correlated=1, seed=7)
     hit = [w for e in events for w in e.jobs.values()]
     assert hit, "the random drill preempted no task"
@@ -118,24 +83,24 @@ def test_sweep_survives_random_preemptions_each_task_completes_once(clean_cluste
     assert sorted((work / "completions").read_text().split()) == [str(t) for t in range(6)]
     for task in range(6):
         got = json.loads((work / f"result-{task}.json").read_text())
-        assert got["value"] == _reference(tmp_path / f"ref-{task}", steps=120 + 20 * task)
+        assert got["value"] == reference(tmp_path / f"ref-{task}", steps=120 + 20 * task)
 
 
 def test_elastic_job_comes_back_on_fewer_nodes(clean_cluster, watcher, tmp_path):
     """A --nodes=1-2 job starts on two nodes; after a preemption only one is free: it carries on there
     from its final checkpoint, and says the node count changed."""
     cl = clean_cluster
-    expected = _reference(tmp_path / "ref")
+    expected = reference(tmp_path / "ref")
     work = tmp_path / "elastic"
     result = work / "result.json"
-    job_id = submit_generated(cl, work, ["--job-name", "elastic", "--nodes", "1-2"], _train(result))
+    job_id = submit_generated(cl, work, ["--job-name", "elastic", "--nodes", "1-2"], train(result))
     first = cl.wait_state(job_id, "RUNNING", timeout=30)
     assert len(first.nodes) == 2
     preemptible = [n.name for n in cl.slurm.nodes() if n.has_feature("preemptible")]
     others = [n for n in preemptible if n not in first.nodes]
     cl.slurm.drain(others, "maint: keep this test's capacity short")  # only the job's own nodes left
     wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
-    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    runner = drill_runner(cl)
     event = runner.start_event([first.nodes[0]], grace=GRACE, pause=1, reason=drill.DEFAULT_REASON)
     runner.run_until_done(timeout=60)
     watch = event.jobs[job_id]
@@ -152,13 +117,13 @@ def test_without_watcher_at_most_one_checkpoint_interval_lost(clean_cluster, tmp
     """No watcher, no notice: the removal kills the job, which loses at most the work since its last
     periodic checkpoint (one interval), resumes from that checkpoint and still ends with the same result."""
     cl = clean_cluster
-    expected = _reference(tmp_path / "ref")
+    expected = reference(tmp_path / "ref")
     work = tmp_path / "nowatch"
     result = work / "result.json"
-    job_id = submit_generated(cl, work, ["--job-name", "nowatch"], _train(result))
+    job_id = submit_generated(cl, work, ["--job-name", "nowatch"], train(result))
     node = cl.wait_state(job_id, "RUNNING", timeout=30).nodes[0]
     wait_for(lambda: len(list((work / "ckpt").glob("step-*"))) > 0, 30, what="a checkpoint")
-    runner = drill.Drill(cl.slurm, drill.node_ops(cl.slurm, allow_real=False), cl.spec.state_dir, tick=0.2)
+    runner = drill_runner(cl)
     # The node stays away for the whole test (a removed machine does not come back in seconds); the
     # cluster's reset brings it back afterwards.
     event = runner.start_event([node], grace=2, pause=3600, reason=drill.DEFAULT_REASON)

@@ -25,11 +25,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_lightning.py
 STEPS_PER_EPOCH, EPOCHS = 16, 3  # 512 samples, two ranks, batches of 16
 
 
-def _train(tmp_path: Path, ckpt: str, result: str, *extra: str) -> subprocess.CompletedProcess:
+def _train(
+    tmp_path: Path, ckpt: str, result: str, *extra: str, ranks: int = 2
+) -> subprocess.CompletedProcess:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     return subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", str(EXAMPLE), "--epochs", str(EPOCHS),
+        [torchrun, "--standalone", "--nproc-per-node", str(ranks), str(EXAMPLE), "--epochs", str(EPOCHS),
          "--every", "10", "--checkpoint-dir", str(tmp_path / ckpt), "--result", str(tmp_path / result),
          *extra],
         check=False, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=600,
@@ -74,3 +76,22 @@ def test_a_checkpoint_after_an_epochs_last_batch_resumes_at_the_next_epoch(tmp_p
     want, got = (json.loads((tmp_path / n).read_text()) for n in ("ref.json", "run.json"))
     assert got["steps"] == want["steps"] == EPOCHS * STEPS_PER_EPOCH
     assert got["weights"] == want["weights"]
+
+
+def test_three_ranks_told_mid_epoch_resume_on_two_after_the_batches_taken(tmp_path):
+    """A job that shrank in place (3 ranks, then 2; tests/test_multinode_cluster.py): the loader's saved
+    position counts 3 ranks' batches; on 2 it goes on after the samples taken, in whole batches of 2
+    ranks, and the epoch ends where a 2-rank epoch ends (none skipped, fewer than a batch each seen
+    twice)."""
+    three = STEPS_PER_EPOCH * 2 // 3  # 10 batches of 16 per rank and epoch on 3 ranks
+    told = _train(tmp_path, "run", "run.json", "--step-seconds", "0.05", "--notice-at-step", "15", ranks=3)
+    assert told.returncode == 0, told.stderr
+    final = CheckpointStore(tmp_path / "run").latest()
+    assert three < final.step < 2 * three  # mid-epoch 1
+    resumed = _train(tmp_path, "run", "run.json", "--step-seconds", "0")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from step {final.step}" in resumed.stderr
+    done_on_two = (final.step - three) * 3 // 2  # batches of 2 ranks the 3 took in epoch 1
+    got = json.loads((tmp_path / "run.json").read_text())
+    assert got["world"] == 2
+    assert got["steps"] == final.step + (STEPS_PER_EPOCH - done_on_two) + (EPOCHS - 2) * STEPS_PER_EPOCH

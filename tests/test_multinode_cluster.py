@@ -356,3 +356,41 @@ def test_lightning_ddp_job_survives_a_drain_with_zero_steps_redone(clean_cluster
     _check_every_rank_told(log, 2)
     assert log.count("requeued (attempt 1 ends)") == 1  # requeued once, by the callback, not by Lightning
     assert "Handling auto-requeue signal" not in log
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="pip install lightning")
+@pytest.mark.parametrize("leaving", [2, 0], ids=["shrinks", "batch-host-requeues"])
+def test_lightning_ddp_range_job_shrinks_or_requeues(clean_cluster, shrink_watcher, tmp_path, leaving):
+    """The callback path (PreemptionCallback) with --nodes=2-3: every rank saves Lightning's checkpoint at
+    one batch; a node that is not the batch host leaves: the script gives it back and starts `srun
+    python` again on the other two in the same attempt, Lightning resuming there (DDP: 3 ranks, then 2);
+    the batch host leaves: the requeue path, from the same checkpoint. Lightning needs
+    SLURM_NTASKS_PER_NODE for more than one task: `srun --ntasks-per-node` (sbatch's would get 2 nodes)."""
+    cl = clean_cluster
+    work, result = tmp_path / "lit3", tmp_path / "lit3" / "result.json"
+    options = ["--job-name", "lit3", "--nodes", "2-3", "--env", "OMP_NUM_THREADS=1",
+               "--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]  # fmt: skip
+    command = ["srun", "--ntasks-per-node", "1", sys.executable, str(LIGHTNING), "--epochs", "12", "--every",
+               "10", "--step-seconds", "0.1", "--result", str(result)]  # fmt: skip
+    job_id = submit_generated(cl, work, options, command)
+    first = cl.wait_state(job_id, "RUNNING", timeout=60)
+    assert len(first.nodes) == 3
+    event = _drill(cl, job_id, first.nodes[leaving], work, SHRINK_GRACE)
+    if leaving:
+        resumed = _check_shrunk_in_place(cl, job_id, event, first.nodes[leaving])
+        assert resumed["nodes"] == 2 and resumed["previous_nodes"] == 3
+    else:
+        assert _figures(cl, event, job_id)["verdict"].startswith("saved")
+        resumed = _check_zero_steps_redone(cl, job_id)
+    wait_for(result.exists, 300, interval=1, what="the job's result")
+    cl.wait_state(job_id, "COMPLETED", timeout=120)
+    got = json.loads(result.read_text())
+    assert got["steps"] > resumed["step"] and got["world"] == resumed["nodes"]
+    log = _job_log(work, "lit3", job_id)
+    for rank in range(3):
+        assert f"rank {rank}: preemption notice" in log, log
+    assert "Handling auto-requeue signal" not in log, log
+    if leaving:
+        assert "shrunk to 2 nodes" in log, log
+    else:
+        assert f"requeue, not shrink: the batch host {first.nodes[0]} is leaving" in log, log

@@ -6,7 +6,11 @@ One cluster state, read by both backends in one run: sp-alice's opted-in job wit
 newline, ``|`` and the CLI's separator (valid UTF-8: pyslurm reads it itself) and sp-mallory's with
 bytes that are not UTF-8 in its comment (pyslurm cannot decode it: read again through the CLI) share
 pre1, which is drained. Both backends must give the same records and the same decisions, and neither
-may crash or let a user's text become a job or a node."""
+may crash or let a user's text become a job or a node.
+
+And the whole chain with the watcher daemon itself (``watch --cluster``, its loop) reading through pyslurm
+inside the root: a generated job preempted, told, checkpointed, requeued, restarted at once and resumed
+where it left (the CLI daemon does the same on this tier in tests/test_e2e.py)."""
 
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterutil import SRC, release, wait_signal_age
+from clusterutil import SRC, release, running_watcher, submit_generated, wait_for, wait_signal_age
 from hostileusers import ALICE, MALLORY, ensure_user
+from preemption import GRACE, drill_runner, preempt_once, reference, resumed_where_it_left, train
 from slurm_preempt.rehearsal import pyslurmbuild, versions
 from slurm_preempt.rehearsal.slurmroot import RootRuntime
 
@@ -38,15 +43,24 @@ def _sbatch(user: str, node: str, *args: str | bytes) -> str:
     return done.stdout.decode().strip().split(";")[0]
 
 
-def _in_root(tmp_path: Path, *args: str) -> dict:
-    """tests/pyslurm_poll.py run inside the release's root, with pyslurm (copied into /tmp, which the
-    root's namespace shares: the cache beside the root is not) and this checkout's source."""
+def _pyslurm_env(tmp_path: Path) -> dict[str, str]:
+    """The environment that finds pyslurm (copied into /tmp, which the root's namespace shares: the cache
+    beside the root is not) and this checkout's source, inside the release's root."""
     built = pyslurmbuild.ensure(versions.release(release()))
     copied = tmp_path / "pyslurm"
     shutil.copytree(built, copied, symlinks=True)
-    argv = RootRuntime(versions.release(release())).chroot_argv([sys.executable, str(HELPER), *args])
-    env = {**os.environ, "PYTHONPATH": f"{copied}{os.pathsep}{SRC}"}
-    done = subprocess.run(argv, capture_output=True, env=env, timeout=300, check=False)
+    return {**os.environ, "PYTHONPATH": f"{copied}{os.pathsep}{SRC}"}
+
+
+def _root_argv(*args: str) -> list[str]:
+    """This project's Python, with ``args``, run inside the release's root."""
+    return RootRuntime(versions.release(release())).chroot_argv([sys.executable, *args])
+
+
+def _in_root(tmp_path: Path, *args: str) -> dict:
+    """tests/pyslurm_poll.py run inside the release's root, with pyslurm."""
+    argv = _root_argv(str(HELPER), *args)
+    done = subprocess.run(argv, capture_output=True, env=_pyslurm_env(tmp_path), timeout=300, check=False)
     said = done.stderr.decode(errors="replace")
     assert done.returncode == 0 and "Traceback" not in said, said[-3000:]
     return json.loads(done.stdout)
@@ -79,3 +93,29 @@ def test_both_backends_read_and_decide_alike_on_a_drained_node_with_hostile_jobs
     assert [n["name"] for n in pyslurm["reads"]["drained"]] == ["pre1"]
     signalled = {job for call in pyslurm["decisions"]["calls"] if call[0] == "signal" for job in call[1]}
     assert signalled == {alice, mallory}  # both opted in: told, through either backend
+
+
+def test_daemon_reading_through_pyslurm_tells_requeues_and_restarts_a_preempted_job(clean_cluster, tmp_path):
+    cl = clean_cluster
+    expected = reference(tmp_path / "ref")
+    config = tmp_path / "watch.toml"
+    config.write_text('[watch]\nbackend = "pyslurm"\n')
+    log = tmp_path / "watch.log"
+    daemon = _root_argv("-m", "slurm_preempt")
+    work = tmp_path / "job"
+    result = work / "result.json"
+    with running_watcher(cl, log, GRACE, ["--config", str(config)], daemon, _pyslurm_env(tmp_path)):
+        # The backend is chosen once, before the loop starts: pyslurm, not the CLI fallback.
+        wait_for(lambda: "watching the cluster" in log.read_text(), 60, what="the daemon's loop", log=log)
+        said = log.read_text()
+        assert f"reads Slurm through pyslurm {pyslurmbuild.PYSLURM[release()]}" in said, said
+        assert "reading Slurm through its commands" not in said, said
+        job_id = submit_generated(cl, work, ["--job-name", "pyslurm-e2e"], train(result))
+        watch = preempt_once(cl, drill_runner(cl), job_id, work)
+        assert watch.notified_at is not None  # the daemon's notice, in the ledger
+        wait_for(result.exists, 120, what="the job's result", log=log)
+        said = log.read_text()
+    assert "Traceback" not in said and "pyslurm job refused" not in said, said
+    assert json.loads(result.read_text())["value"] == expected
+    resumed_where_it_left(cl.spec.state_dir, job_id, 1)
+    print(f"pyslurm daemon: {watch.verdict(None)}")

@@ -659,3 +659,18 @@ def test_expedite_asks_for_requeue_expedite_only_where_sbatch_knows_it():
         cli_main, ["sbatch", "--expedite", "--slurm-version", "22.05", "--", "python", "t.py"]
     )
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "22.05" in result.output
+
+
+def test_lightning_with_a_node_range_asks_srun_for_the_tasks_per_node_not_sbatch():
+    """sbatch --nodes=2-3 --ntasks-per-node=1 gets 2 nodes (2 tasks asked): the count goes on srun."""
+    made = gen.generate(
+        {"lightning": True, "nodes": "2-3", "slurm_version": "none"}, ["python", "train.py"], Config()
+    )
+    assert made.spec.command == ["srun", "--ntasks-per-node", "1", "python", "train.py"]
+    assert made.spec.ntasks_per_node is None and "#SBATCH --ntasks-per-node" not in made.script
+    given = gen.generate(
+        {"lightning": True, "nodes": "2-4", "ntasks_per_node": "2", "slurm_version": "none"},
+        ["srun", "--cpu-bind=none", "python", "train.py"],
+        Config(),
+    ).spec
+    assert given.command == ["srun", "--ntasks-per-node", "2", "--cpu-bind=none", "python", "train.py"]

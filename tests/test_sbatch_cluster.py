@@ -427,7 +427,7 @@ def test_a_command_that_requeues_itself_is_requeued_once(clean_cluster):
 # A plain Lightning script: no slurm_preempt import, Lightning's SLURM support at its defaults
 # (SLURMEnvironment(auto_requeue=True), requeue signal SIGUSR1). Each finished step is logged.
 PLAIN_LIGHTNING = r"""
-import sys, time, torch, lightning as L
+import os, sys, time, torch, lightning as L
 from torch.utils.data import DataLoader, TensorDataset
 
 class Model(L.LightningModule):
@@ -448,7 +448,7 @@ class Model(L.LightningModule):
 torch.manual_seed(0)
 data = DataLoader(TensorDataset(torch.randn(4000, 4), torch.randn(4000, 1)), batch_size=4)
 trainer = L.Trainer(max_steps=int(sys.argv[3]), default_root_dir=sys.argv[1], accelerator="cpu", devices=1,
-                    num_nodes=int(sys.argv[4]), logger=False, enable_checkpointing=False,
+                    num_nodes=int(os.environ["SLURM_NNODES"]), logger=False, enable_checkpointing=False,
                     enable_progress_bar=False, enable_model_summary=False)
 trainer.fit(Model(), data)
 print("finished at step", trainer.global_step, flush=True)
@@ -458,7 +458,7 @@ print("finished at step", trainer.global_step, flush=True)
 @pytest.mark.skipif(
     importlib.util.find_spec("lightning") is None, reason="pip install 'slurm-preempt[lightning]'"
 )
-@pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.parametrize("nodes", ["1", "2", "2-3"])
 def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     clean_cluster, tmp_path, nodes
 ):
@@ -472,19 +472,23 @@ def test_a_plain_lightning_script_keeps_its_work_through_lightnings_own_requeue(
     total = 120
     options = ["--job-name", "plain-lightning", "--lightning", "--nodes", str(nodes), "--output",
                str(tmp_path / "job.log"), "--time", "10:00"]  # fmt: skip
-    if nodes > 1:  # Lightning's DDP address is the first node's name, which does not resolve here; its
+    if nodes != "1":  # Lightning's DDP address is the first node's name, which does not resolve here; its
         # port comes from the job id's last digits, which a cluster beside this one may be using too
         options += ["--env", "MASTER_ADDR=127.0.0.1", "--env", f"MASTER_PORT={free_port()}"]
-    command = [sys.executable, str(script), str(tmp_path / "root"), str(steps_log), str(total), str(nodes)]
+    command = [sys.executable, str(script), str(tmp_path / "root"), str(steps_log), str(total)]
     with running_watcher(cl, tmp_path / "watch.log", 60.0):
         job_id = submit_generated(cl, work, options, command)
         job = cl.wait_state(job_id, "RUNNING", 60)
+        # A range gets its MAX here (4 nodes free): --lightning asks srun, not sbatch, for the tasks.
+        assert len(job.nodes) == int(nodes.rpartition("-")[2]), job
         wait_for(lambda: steps_log.exists() and len(steps_log.read_text().split()) >= 20, 180, 0.5,
                  what="20 steps done", log=tmp_path / "job.log")  # fmt: skip
-        cl.slurm.drain(job.nodes, "TogetherPreemptionNotified: lightning drill")
+        # A range job's batch host only (the requeue path: Slurm keeps it), leaving 3 nodes to come back on.
+        drained = job.nodes[:1] if "-" in nodes else job.nodes
+        cl.slurm.drain(drained, "TogetherPreemptionNotified: lightning drill")
         wait_for(lambda: (j := cl.job(job_id)) and j.restart_count == 1 and j.state == "RUNNING", 120,
                  what="the job running again")  # fmt: skip
-        cl.slurm.resume(job.nodes)
+        cl.slurm.resume(drained)
         done = cl.wait_state(job_id, "COMPLETED", 300)
     steps = [int(s) for s in steps_log.read_text().split()]
     log = (tmp_path / "job.log").read_text()

@@ -18,9 +18,13 @@ each batch end the ranks agree (``Run.should_checkpoint``); on a notice all rank
 at the same batch with ``trainer.save_checkpoint`` (model, optimizer, loops and resumable data
 loaders), committed as one sharded checkpoint (DDP: rank 0's file; FSDP: every rank's shards), then
 rank 0 requeues the job once and every rank exits 0: the batch script of ``slurm-preempt sbatch``
-sees the job already requeued, Lightning never requeues it. Resuming loads that checkpoint, so a
-resumable data loader (``state_dict``/``load_state_dict``) continues at the next batch and no epoch's
-work is lost; without one Lightning restarts the interrupted epoch's data (its own warning says so).
+sees the job already requeued, Lightning never requeues it. On several nodes the script requeues it
+once the step has ended, or, for a ``--nodes=MIN-MAX`` job losing a node other than its batch host,
+shrinks the job and runs the command again on the nodes that stay (``job/shrink.py``): Lightning then
+resumes on fewer ranks (``srun --ntasks-per-node``: Lightning needs ``SLURM_NTASKS_PER_NODE``).
+Resuming loads that checkpoint, so a resumable data loader (``state_dict``/``load_state_dict``)
+continues at the next batch and no epoch's work is lost; without one Lightning restarts the
+interrupted epoch's data (its own warning says so).
 """
 
 from __future__ import annotations

@@ -290,7 +290,8 @@ OPTIONS: tuple[Option, ...] = (
         kind=SWITCH,
         default=False,
         details="The command runs under `srun` (one task per node unless `--ntasks-per-node` says "
-        "otherwise), so Lightning detects SLURM and installs its requeue handler; the notice is passed "
+        "otherwise; with a `--nodes` range that count goes on `srun`, since sbatch's would get MIN nodes "
+        "only), so Lightning detects SLURM and installs its requeue handler; the notice is passed "
         "on as SIGUSR1 (Lightning's requeue signal, unless `--forward-signal` names another), on which "
         "Lightning saves its hpc checkpoint and requeues the job.",
     ),

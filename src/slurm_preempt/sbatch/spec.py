@@ -245,10 +245,21 @@ def _lightning(spec: JobSpec, s: dict) -> None:
     spec.lightning = True
     if s.get("forward_signal") is None:
         spec.forward_signal = "USR1"
-    if spec.ntasks_per_node is None:
-        spec.ntasks_per_node = 1
+    per_node = spec.ntasks_per_node or 1
+    srun_args: list[str] = []
+    low, _, high = (spec.nodes or "").partition("-")
+    if high and int(low) < int(high):
+        # sbatch's --ntasks-per-node with --nodes=MIN-MAX asks for MIN x N tasks, and Slurm then allocates
+        # MIN nodes only (seen on 22.05). On srun it still exports SLURM_NTASKS_PER_NODE, without which
+        # Lightning refuses a step of more than one task ("You set `--ntasks=3` ...").
+        spec.ntasks_per_node = None
+        srun_args = ["--ntasks-per-node", str(per_node)]
+    else:
+        spec.ntasks_per_node = per_node
     if spec.command[0].rsplit("/", 1)[-1] != "srun":
-        spec.command = ["srun", *spec.command]
+        spec.command = ["srun", *srun_args, *spec.command]
+    else:  # the user's own srun options come after ours, and win
+        spec.command = [spec.command[0], *srun_args, *spec.command[1:]]
 
 
 def _expedite(wanted: bool, version: tuple[int, int] | None) -> bool:
