@@ -18,7 +18,10 @@ import os, signal, sys, time
 work = sys.argv[1]
 told = []
 signal.signal(signal.SIGTERM, lambda n, f: told.append(n))
-open(os.path.join(work, "worker.pid"), "w").write(str(os.getpid()))
+# Written whole under another name, then renamed: the test must never read a half-written pid.
+with open(os.path.join(work, "worker.pid.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.replace(os.path.join(work, "worker.pid.tmp"), os.path.join(work, "worker.pid"))
 while not told:
     time.sleep(0.05)
 time.sleep(0.3)  # the final checkpoint
