@@ -8,6 +8,7 @@ import tomllib
 from slurm_preempt import config
 from slurm_preempt.errors import ConfigError
 from slurm_preempt.resources import data_dir
+from slurm_preempt.sbatch import build as sbatch_build
 from slurm_preempt.sbatch import spec as sbatch_spec
 from slurm_preempt.watch import settings as watchconfig
 
@@ -62,7 +63,7 @@ def test_every_documented_key_is_accepted():
     data = tomllib.loads("\n".join(lines))
     assert data["watch"]["interval"] == 5 and data["resume"]["keep"] == 3
     sbatch_settings = sbatch_spec.merge_settings(data["sbatch"], {})
-    spec = sbatch_spec.build_spec(sbatch_settings, ["python", "train.py"])  # every value is valid too
+    spec = sbatch_build.build_spec(sbatch_settings, ["python", "train.py"])  # every value is valid too
     assert spec.checkpoint_interval == "618" and spec.partition == "gpu"
     watchconfig.settings_from(watchconfig.merged(data["watch"], {}))
     from slurm_preempt.records.report import Prices

@@ -18,7 +18,8 @@ from slurm_preempt.errors import ConfigError, UsageError
 from slurm_preempt.records.report import advise_interval
 from slurm_preempt.sbatch import auto_interval, optiontable
 from slurm_preempt.sbatch import render as gen
-from slurm_preempt.sbatch.spec import build_spec, merge_settings
+from slurm_preempt.sbatch.build import build_spec
+from slurm_preempt.sbatch.spec import merge_settings
 from slurm_preempt.slurm.commands import Slurm
 from test_history import ev, three_attempts
 from test_report import _ledger_from

@@ -43,8 +43,9 @@ from slurm_preempt.config import load as load_config
 from slurm_preempt.errors import SlurmError, UsageError
 from slurm_preempt.resources import data_dir
 from slurm_preempt.sbatch.auto_interval import with_learned_figures
+from slurm_preempt.sbatch.build import build_spec
 from slurm_preempt.sbatch.options import BUILTIN_TEMPLATES, sbatch_quote
-from slurm_preempt.sbatch.spec import JobSpec, build_spec, merge_settings
+from slurm_preempt.sbatch.spec import JobSpec, merge_settings
 from slurm_preempt.slurm.commands import Slurm
 
 _BARE = re.compile(r"^[A-Za-z0-9_.,:/%@+=\-]+$")
