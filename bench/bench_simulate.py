@@ -85,6 +85,9 @@ def _rows(measured: dict, model: dict, drilled: str) -> list[dict]:
             rows.append({"name": f"drain -> running again: {phase} (median)",
                          "value": round(statistics.median(values), 2), "unit": "s", "baseline": None,
                          "ratio": None, "target": ""})  # fmt: skip
+    rows.append({"name": "first running -> computing (added to the prediction)",
+                 "value": round(measured["first_start"], 2), "unit": "s", "baseline": None, "ratio": None,
+                 "target": ""})  # fmt: skip
     return rows
 
 
