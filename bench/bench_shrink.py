@@ -38,12 +38,13 @@ from pathlib import Path
 
 from slurm_preempt import ledger
 from slurm_preempt.rehearsal import drill, testcluster, versions
+from slurm_preempt.rehearsal.clusterspec import BENCH_PORT
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_sharded.py"
 SP = str(Path(sys.executable).parent / "slurm-preempt")
 GRACE, STEPS, EVERY = 10.0, 200, 20
-PORT = int(os.environ.get("SP_BENCH_PORT", "17420"))
+PORT = int(os.environ.get("SP_BENCH_PORT", str(BENCH_PORT)))
 
 
 def _free_port() -> int:

@@ -34,7 +34,7 @@ def base_port() -> int:
 
 # Clusters a test module starts for itself (settings the session cluster must not have), each on its
 # own port above the session cluster's and in a folder beside it: one table, so that no two collide.
-OWN_CLUSTERS = {"launch": 30, "tuned": 40, "hooks": 50, "deadline": 60, "adaptive": 70}
+OWN_CLUSTERS = {"launch": 30, "tuned": 40, "hooks": 50, "deadline": 60, "adaptive": 70, "simulate": 80}
 
 
 def cluster_dir(port: int, suffix: str = "") -> Path:

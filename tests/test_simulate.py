@@ -8,12 +8,13 @@ import math
 import time
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from slurm_preempt.cli import main
 from slurm_preempt.errors import UsageError
-from slurm_preempt.job.interval import daly
+from slurm_preempt.job.interval import checkpoint_interval, daly
 from slurm_preempt.simulate import engine, results, trace
 from slurm_preempt.simulate.spec import Field, JobSpec, Policy
 from slurm_preempt.simulate.strategies import Strategy, strategies
@@ -197,6 +198,11 @@ def test_cli_prints_the_table_json_and_an_svg(tmp_path):
         ["--min-nodes", "nan"],
         ["--min-nodes", "1.5"],
         ["--shrink-restart-seconds", "-1"],
+        ["--grow-back"],
+        ["--grow-back", "--min-nodes", "2"],
+        ["--min-nodes", "1", "--grow-back", "--refill-minutes", "-5"],
+        ["--min-nodes", "1", "--grow-back", "--refill-minutes", "60-10"],
+        ["--min-nodes", "1", "--grow-back", "--refill-minutes", "nan"],
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(extra):
@@ -273,8 +279,8 @@ def test_a_free_shrink_costs_the_same_node_hours_for_the_same_work():
     shrink, toolkit = found["toolkit-shrink"], found["toolkit"]
     assert shrink.mean_shrinks > 10
     assert shrink.held_shares["restarts"] == 0 and shrink.held_shares["lost"] == pytest.approx(0, abs=1e-9)
-    # What separates them is the final checkpoint's notice latency (0.86 s) per preemption.
-    assert shrink.cost_fraction == pytest.approx(toolkit.cost_fraction, rel=0.002)
+    # The job computes until told, and its final checkpoint keeps that work: nothing separates them.
+    assert shrink.cost_fraction == pytest.approx(toolkit.cost_fraction, rel=1e-9)
     assert shrink.median_hours > toolkit.median_hours * 1.2  # type: ignore[operator]
 
 
@@ -294,3 +300,96 @@ def test_cli_shrink_rows_in_the_table_json_and_svg(tmp_path):
     assert "slurm-preempt, shrink to 1" in svg.read_text()
     table = CliRunner().invoke(main, [*ARGS, "--min-nodes", "1"])
     assert "shrunk" in table.output and "shrinks in place to 1" in table.output
+
+
+# ------------------------------------------------------------------- notices, intervals, grow-back
+
+
+def test_a_told_job_computes_until_told_so_free_checkpoints_and_restarts_hold_only_the_work():
+    """The notice latency is no held time on top of the work: the job computes until it is told, and
+    its final checkpoint keeps that work. With free checkpoints and restarts, held == work."""
+    free = _shrink_spec(
+        nodes=1,
+        checkpoint_seconds=0.0,
+        restart_seconds=(0.0, 0.0),
+        notice_latency_seconds=30.0,
+        field=Field(mtbp_hours=0.5, unannounced=0.0),
+    )
+    toolkit = next(s for s in strategies(free) if s.name == "toolkit")
+    runs = engine.simulate(free, toolkit, 500, seed=2)
+    assert runs.preemptions.sum() > 500 * 100
+    assert runs.completed.all() and (runs.done == free.work_seconds).all()
+    assert runs.held_spot == pytest.approx(runs.done, rel=1e-12)
+
+
+def test_a_notice_too_short_for_latency_and_checkpoint_tells_nothing():
+    late = _shrink_spec(min_nodes=2, notice_seconds=60.0, notice_latency_seconds=1.0)  # 1 + 60 > 60 s
+    found = strategies(late)
+    assert found[3].name == "toolkit" and found[3].interval == found[1].interval  # none announced
+    runs = engine.simulate(late, found[-1], 100, seed=1)
+    assert runs.preemptions.sum() > 100 and runs.shrinks.sum() == 0
+
+
+def test_after_a_shrink_the_interval_is_taken_again_on_the_survivors_by_the_one_formula():
+    spec = _shrink_spec(min_nodes=2)
+    shrink = strategies(spec)[-1]
+    intervals = engine._interval(spec, shrink, np.array([4, 3, 2]))
+    mtbp = spec.field.mean_gap_seconds
+    expected = [checkpoint_interval(60.0, mtbp / n, spec.field.unannounced) for n in (4, 3, 2)]
+    assert list(intervals) == pytest.approx(expected) and intervals[0] < intervals[1] < intervals[2]
+    assert intervals[0] == shrink.interval  # the full job's, as without a shrink
+    plain = strategies(spec)[1]  # the plain recipe never adapts (and never shrinks)
+    assert set(engine._interval(spec, plain, np.array([4, 2]))) == {plain.interval}
+
+
+def _grow_spec(**changes) -> JobSpec:
+    return _shrink_spec(min_nodes=2, grow_back=True, **changes)
+
+
+def test_grow_back_requeues_shrunk_runs_at_full_width_faster_and_dearer():
+    """Linear scaling: a shrunk job pays nothing more per unit of work, so growing back buys time with
+    one final checkpoint and one restart of the whole job each time."""
+    found = results.run_all(_grow_spec(refill_minutes=(10.0, 30.0)), 1000, seed=1)
+    assert [s.name for s in found[-2:]] == ["toolkit-shrink", "toolkit-grow"]
+    assert found[:-1] == results.run_all(_shrink_spec(min_nodes=2), 1000, seed=1)
+    shrink, grow = found[-2:]
+    print(
+        f"shrink to 2: {shrink.cost_fraction:.3f} in {shrink.median_hours:.1f} h; with grow-back "
+        f"{grow.cost_fraction:.3f} in {grow.median_hours:.1f} h, {grow.mean_grows:.1f} grows"
+    )
+    assert grow.mean_grows > 10 and shrink.mean_grows == 0
+    assert grow.median_hours < shrink.median_hours  # type: ignore[operator]
+    assert grow.held_shares["restarts"] > shrink.held_shares["restarts"]
+    assert grow.held_shares["lost"] < 0.03  # grow-backs lose nothing: only unannounced ones do
+
+
+def test_grow_back_costs_a_checkpoint_and_a_restart_and_loses_no_work():
+    free = _grow_spec(
+        checkpoint_seconds=0.0,
+        restart_seconds=(0.0, 0.0),
+        shrink_restart_seconds=0.0,
+        field=Field(mtbp_hours=2.0, unannounced=0.0),
+    )
+    found = {s.name: s for s in results.run_all(free, 500, seed=3)}
+    grow, toolkit = found["toolkit-grow"], found["toolkit"]
+    assert grow.mean_grows > 10 and grow.held_shares["lost"] == pytest.approx(0, abs=1e-9)
+    assert grow.cost_fraction == pytest.approx(toolkit.cost_fraction, rel=1e-9)
+
+
+def test_grow_back_waits_for_the_capacity_and_never_grows_an_unshrunk_job():
+    never = _grow_spec(refill_minutes=(1e6, 1e6))
+    grow = strategies(never)[-1]
+    runs = engine.simulate(never, grow, 300, seed=4)
+    assert runs.shrinks.sum() > 0 and runs.grows.sum() == 0
+    unannounced = _grow_spec(field=Field(mtbp_hours=2.0, unannounced=1.0))
+    runs = engine.simulate(unannounced, strategies(unannounced)[-1], 200, seed=4)
+    assert runs.shrinks.sum() == 0 and runs.grows.sum() == 0
+
+
+def test_cli_grow_back_row_and_column(tmp_path):
+    result = CliRunner().invoke(main, [*ARGS, "--min-nodes", "1", "--grow-back", "--refill-minutes", "5-20"])
+    assert result.exit_code == 0, result.output
+    assert "shrink to 1, grow-back" in result.output and "grown" in result.output
+    assert "grows back 5-20 min after a removal" in result.output
+    data = json.loads(CliRunner().invoke(main, [*ARGS, "--min-nodes", "1", "--grow-back", "--json"]).output)
+    assert data["job"]["grow_back"] is True and data["strategies"][-1]["name"] == "toolkit-grow"

@@ -22,6 +22,7 @@ class _DEFAULT:
     fallback_pending_minutes = f"{spec.Policy.fallback_pending_minutes:g}"
     deadline_margin = f"{spec.Policy.deadline_margin:g}"
     shrink_restart_seconds = f"{spec.JobSpec.shrink_restart_seconds:g}"
+    refill_minutes = "-".join(dict.fromkeys(f"{m:g}" for m in spec.REFILL_MINUTES))
 
 
 def _option(name: str, help_text: str, default: str | None = None):
@@ -45,6 +46,17 @@ def _option(name: str, help_text: str, default: str | None = None):
     "--shrink-restart-seconds",
     "Seconds from the final checkpoint to computing again on the survivors (measured).",
     _DEFAULT.shrink_restart_seconds,
+)
+@click.option(
+    "--grow-back",
+    is_flag=True,
+    help="Also model grow-back: a shrunk job requeues at full width once a removed node's capacity "
+    "is back (one final checkpoint and one restart; needs --min-nodes).",
+)
+@_option(
+    "--refill-minutes",
+    "Minutes from a node's removal until the provider's capacity is back: N or LOW-HIGH.",
+    _DEFAULT.refill_minutes,
 )
 @_option("--mtbp", "Mean hours between preemptions of one node.")
 @click.option("--trace", type=click.Path(path_type=Path), help="Preemption times, one per line: TIME [NODE].")
@@ -75,7 +87,7 @@ def _option(name: str, help_text: str, default: str | None = None):
     help="Also draw cost against preemption rate into this SVG file.",
 )
 @json_option
-def command(svg_path, seed, as_json, **given):
+def command(svg_path, seed, as_json, grow_back, **given):
     """Expected cost per completed run, completion time and deadline misses of one job, per strategy.
 
     On-demand only, the seeds' plain recipe, submitit-style and slurm-preempt with each fallback
@@ -86,10 +98,10 @@ def command(svg_path, seed, as_json, **given):
       slurm-preempt simulate --work-hours 100 --nodes 4 --mtbp 2 --checkpoint-seconds 60 \\
           --restart-seconds 180-300 --deadline-hours 130
       slurm-preempt simulate --work-hours 100 --nodes 4 --mtbp 2 --checkpoint-seconds 60 \\
-          --restart-seconds 180-300 --min-nodes 2
+          --restart-seconds 180-300 --min-nodes 2 --grow-back --refill-minutes 30
       slurm-preempt simulate --work-hours 10 --trace preemptions.txt --checkpoint-seconds 30 --json
     """
-    job = _job(given)
+    job = _job(given, grow_back)
     runs = spec.check_runs(given["runs"])
     summaries = results.run_all(job, runs, seed)
     if svg_path is not None:
@@ -102,7 +114,7 @@ def command(svg_path, seed, as_json, **given):
             click.echo(f"cost against preemption rate drawn in {svg_path}")
 
 
-def _job(given: dict) -> spec.JobSpec:
+def _job(given: dict, grow_back: bool) -> spec.JobSpec:
     for required in ("work_hours", "checkpoint_seconds"):
         if given[required] is None:
             raise UsageError(f"--{required.replace('_', '-')} is required")
@@ -117,6 +129,10 @@ def _job(given: dict) -> spec.JobSpec:
         restart_seconds=spec.restart_range(given["restart_seconds"]),
         notice_seconds=figure("notice_seconds"),
         shrink_restart_seconds=figure("shrink_restart_seconds"),
+        grow_back=grow_back,
+        refill_minutes=spec.value_range(
+            "--refill-minutes", given["refill_minutes"], spec.MAX_HOURS * 60, "10-60"
+        ),
         deadline_hours=figure("deadline_hours"),
         field=_field(given, figure),
         prices=spec.Prices(

@@ -10,17 +10,22 @@ The model (the same as Daly's, 2006, plus what a notice and a watcher change):
   once and leave no preemptible capacity for a while; preemptions during restarts and checkpoints
   count too;
 - without a notice, a preemption loses everything since the last completed checkpoint; with the
-  toolkit's notice (the measured latency) the job takes a final checkpoint and leaves, losing
-  nothing, unless the preemption came unannounced or the checkpoint does not fit in the notice;
+  toolkit's notice (the latency of ``spec``, measured by default) the job computes until it is told,
+  then takes a final checkpoint, which keeps that work too, and leaves, losing nothing, unless the
+  preemption came unannounced or the checkpoint does not fit in the notice;
 - between attempts the job waits (unpaid): Slurm's requeue hold, or the toolkit's fast restart, plus
   the capacity shortage after a mass drain; the watcher's fallback may then move it to on-demand.
 - with a minimum of nodes under the job's (an elastic ``--nodes=MIN-MAX`` job, job/shrink.py), a told
   preemption of one node that is not the batch host (one chance in the width) and leaves at least MIN
   nodes shrinks the job in place: the final checkpoint, then the same attempt goes on one node fewer
-  after the measured shrink restart, with no requeue or capacity wait. Scaling is taken as linear: on
-  ``w`` of ``n`` nodes the job computes at ``w / n`` of its speed, pays ``w`` nodes and is preempted at
-  ``w`` times the per-node rate. There is no grow-back: only a requeue (at MIN, unannounced, a mass
-  drain, the batch host) gives the next attempt all its nodes again.
+  after the measured shrink restart, with no requeue or capacity wait, its periodic interval taken
+  again for its fewer nodes (``Run(interval="auto")`` starts again on the survivors). Scaling is
+  taken as linear: on ``w`` of ``n`` nodes the job computes at ``w / n`` of its speed, pays ``w``
+  nodes and is preempted at ``w`` times the per-node rate. A requeue (at MIN, unannounced, a mass
+  drain, the batch host) gives the next attempt all its nodes again;
+- with grow-back, a shrunk job is also told, once the capacity of a node it lost is back (the refill
+  time after the node's removal at the end of its notice), to take a final checkpoint and requeue:
+  the watcher releases the hold at once and the next attempt runs at full width after a restart.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from typing import Any
 
 from slurm_preempt.errors import MissingDependencyError
 from slurm_preempt.simulate import policies
-from slurm_preempt.simulate.spec import HOUR, NOTICE_LATENCY_SECONDS, JobSpec
-from slurm_preempt.simulate.strategies import Strategy
+from slurm_preempt.simulate.spec import HOUR, JobSpec
+from slurm_preempt.simulate.strategies import Strategy, notice_usable, toolkit_interval
 
 try:
     import numpy as np
@@ -53,6 +58,8 @@ class Runs:
     held_on_demand: Array
     preemptions: Array
     shrinks: Array  # preemptions survived in place, on fewer nodes
+    grows: Array  # requeues to grow back to full width once capacity was back
+    grow_at: Array  # wall second at which a shrunk run's first removed node's capacity is back
     restarting: Array  # held seconds spent restarting (in the job's full node count)
     checkpointing: Array  # held seconds spent on periodic and final checkpoints
     on_demand: Array  # moved (or started) on standard nodes
@@ -70,6 +77,8 @@ class Runs:
             held_on_demand=zeros.copy(),
             preemptions=np.zeros(count, dtype=np.int64),
             shrinks=np.zeros(count, dtype=np.int64),
+            grows=np.zeros(count, dtype=np.int64),
+            grow_at=np.full(count, np.inf),
             restarting=zeros.copy(),
             checkpointing=zeros.copy(),
             on_demand=np.full(count, on_demand),
@@ -102,6 +111,7 @@ def _attempt(spec: JobSpec, strategy: Strategy, runs: Runs, rows: Array, rng: An
     low, high = spec.restart_seconds
     restart = np.zeros(rows.size) if first else rng.uniform(low, high, rows.size)
     width = np.full(rows.size, spec.nodes)
+    runs.grow_at[rows] = np.inf  # every attempt starts at full width
     while rows.size:  # each pass, the runs that shrank in place go on, one node fewer
         rows, restart, width = _stretch(spec, strategy, runs, rows, restart, width, rng)
 
@@ -115,16 +125,19 @@ def _stretch(
     Linear scaling: on ``width`` of its nodes a job computes at ``width / nodes`` of its speed and pays
     ``width`` nodes, so what it holds is counted in the job's full node count (``speed`` of a second)."""
     speed = width / spec.nodes
+    interval = _interval(spec, strategy, width)
     remaining = spec.work_seconds - runs.done[rows]
     computing = remaining / speed
-    segment = strategy.interval + spec.checkpoint_seconds
-    checkpoints = (
-        np.zeros(rows.size) if np.isinf(strategy.interval) else np.ceil(computing / strategy.interval)
-    )
+    checkpoints = np.where(np.isfinite(interval), np.ceil(computing / _finite(interval)), 0.0)
     needed = restart + computing + checkpoints * spec.checkpoint_seconds
     until, mass = _time_to_preemption(spec, runs.now[rows], width, rng)
     until[runs.on_demand[rows]] = np.inf
-    finish = until >= needed
+    told = _told(spec, strategy, rows.size, rng)
+    grow = runs.grow_at[rows] - runs.now[rows] < until  # capacity back before the next preemption
+    until = np.where(grow, np.maximum(runs.grow_at[rows] - runs.now[rows], 0.0), until)
+    told, mass = told | grow, mass & ~grow  # the watcher tells a job it grows back, as at a notice
+    stop = until + np.where(told, spec.notice_latency_seconds, 0.0)  # a told job computes until told
+    finish = stop >= needed
     _hold(runs, rows, np.where(finish, needed, 0.0) * speed)
     _overheads(
         runs, rows[finish], restart[finish], checkpoints[finish] * spec.checkpoint_seconds, speed[finish]
@@ -138,37 +151,59 @@ def _stretch(
     nothing = np.zeros(0, dtype=np.int64)
     if not hit.any():
         return nothing, np.zeros(0), nothing
-    speed, restart, until = speed[hit], restart[hit], until[hit]
-    computed = np.maximum(until - restart, 0.0)
-    periodic = np.floor(computed / segment) if np.isfinite(segment) else np.zeros(computed.size)
-    saved_periodic = periodic * strategy.interval if np.isfinite(segment) else periodic
-    told = _told(spec, strategy, computed.size, rng)
-    partial = (
-        np.minimum(computed - periodic * segment, strategy.interval) if np.isfinite(segment) else computed
-    )
+    preempted, told, grow, mass = rows[hit], told[hit], grow[hit], mass[hit]
+    speed, restart, stop = speed[hit], restart[hit], stop[hit]
+    computed = np.maximum(stop - restart, 0.0)
+    saved_periodic, partial, checkpointing = _progress(computed, interval[hit], spec.checkpoint_seconds)
     saved = np.minimum(np.where(told, saved_periodic + partial, saved_periodic) * speed, remaining[hit])
-    final = np.where(told & (computed > 0), NOTICE_LATENCY_SECONDS + spec.checkpoint_seconds, 0.0)
-    checkpointing = (  # the periodic checkpoints taken, and the one under way at the preemption
-        periodic * spec.checkpoint_seconds
-        + np.maximum(computed - periodic * segment - strategy.interval, 0.0)
-        if np.isfinite(segment)
-        else np.zeros(computed.size)
-    )
-    held = until + final
-    preempted = rows[hit]
+    final = np.where(told & (computed > 0), spec.checkpoint_seconds, 0.0)
+    held = stop + final
     _hold(runs, preempted, held * speed)
-    _overheads(runs, preempted, np.minimum(restart, until), checkpointing + final, speed)
+    _overheads(runs, preempted, np.minimum(restart, stop), checkpointing + final, speed)
     runs.done[preempted] += saved
-    runs.preemptions[preempted] += 1
-    shrinks = _shrinks(spec, strategy, told & ~mass[hit], width[hit], rng)
-    runs.shrinks[preempted[shrinks]] += 1
-    runs.now[preempted[shrinks]] += held[shrinks]
+    runs.preemptions[preempted] += ~grow
+    runs.grows[preempted] += grow
+    shrinks = _shrinks(spec, strategy, told & ~mass & ~grow, width[hit], rng)
+    shrunk = preempted[shrinks]
+    runs.shrinks[shrunk] += 1
+    if strategy.grow_back:  # the node leaves at the end of its notice; its capacity returns later
+        removed = runs.now[shrunk] + until[hit][shrinks] + spec.notice_seconds
+        refill = rng.uniform(*spec.refill_minutes, shrunk.size) * 60.0
+        runs.grow_at[shrunk] = np.minimum(runs.grow_at[shrunk], removed + refill)
+    runs.now[shrunk] += held[shrinks]
     requeued, requeued_held = preempted[~shrinks], held[~shrinks]
     runs.now[requeued] += requeued_held + strategy.requeue_wait
-    _wait_for_capacity(spec, strategy, runs, requeued, mass[hit][~shrinks])
-    _fall_back(spec, strategy, runs, requeued)
-    shrunk = preempted[shrinks]
+    _wait_for_capacity(spec, strategy, runs, requeued, mass[~shrinks])
+    _fall_back(spec, strategy, runs, preempted[~shrinks & ~grow])  # a grow-back is no preemption
     return shrunk, np.full(shrunk.size, spec.shrink_restart_seconds), width[hit][shrinks] - 1
+
+
+def _interval(spec: JobSpec, strategy: Strategy, width: Array) -> Array:
+    """Each run's periodic interval on its ``width`` nodes: the strategy's, or for a job whose
+    ``Run(interval="auto")`` starts again on the survivors of a shrink, the same rule on fewer nodes."""
+    if not strategy.adapts:
+        return np.full(width.size, strategy.interval)
+    intervals = np.full(width.size, strategy.interval)
+    for nodes in np.unique(width[width != spec.nodes]):
+        intervals[width == nodes] = toolkit_interval(spec, int(nodes))
+    return intervals
+
+
+def _finite(values: Array) -> Array:
+    return np.where(np.isfinite(values), values, 1.0)
+
+
+def _progress(computed: Array, interval: Array, checkpoint: float) -> tuple[Array, Array, Array]:
+    """For ``computed`` seconds into segments of ``interval`` + ``checkpoint``: the work the periodic
+    checkpoints saved, the work since (what a final checkpoint saves; up to the checkpoint under way)
+    and the seconds spent checkpointing (the periodic ones and the one under way)."""
+    finite = np.isfinite(interval)
+    step = _finite(interval)
+    periodic = np.where(finite, np.floor(computed / (step + checkpoint)), 0.0)
+    into = computed - periodic * (step + checkpoint)
+    partial = np.where(finite, np.minimum(into, step), computed)
+    checkpointing = np.where(finite, periodic * checkpoint + np.maximum(into - step, 0.0), 0.0)
+    return periodic * step, partial, checkpointing
 
 
 def _shrinks(spec: JobSpec, strategy: Strategy, told: Array, width: Array, rng: Any) -> Array:
@@ -195,7 +230,7 @@ def _hold(runs: Runs, rows: Array, seconds: Array) -> None:
 
 def _told(spec: JobSpec, strategy: Strategy, count: int, rng: Any) -> Array:
     """Which preemptions the job learns of in time for a final checkpoint."""
-    if not strategy.notices or NOTICE_LATENCY_SECONDS + spec.checkpoint_seconds > spec.notice_seconds:
+    if not strategy.notices or not notice_usable(spec):
         return np.zeros(count, dtype=bool)
     return rng.random(count) >= spec.field.unannounced
 

@@ -12,6 +12,7 @@ from slurm_preempt.simulate.spec import (
     FAST_RESTART_SECONDS,
     HOUR,
     NOTICE_LATENCY_SECONDS,
+    REFILL_MINUTES,
     SHRINK_RESTART_SECONDS,
     SLURM_REQUEUE_HOLD_SECONDS,
     JobSpec,
@@ -34,6 +35,7 @@ class Summary:
     moved_share: float
     interval_seconds: float | None  # periodic checkpoints; None: only at notices
     mean_shrinks: float  # preemptions survived in place on fewer nodes, per run
+    mean_grows: float  # requeues to grow back to full width, per run
     held_shares: dict[str, float]  # of the node-hours held: work, checkpoints, restarts, lost work
 
 
@@ -79,6 +81,7 @@ def summarise(spec: JobSpec, strategy: Strategy, runs: engine.Runs) -> Summary:
         moved_share=float(runs.moved.mean()),
         interval_seconds=None if math.isinf(strategy.interval) else strategy.interval,
         mean_shrinks=float(runs.shrinks.mean()),
+        mean_grows=float(runs.grows.mean()),
         held_shares=held_shares(spec, runs),
     )
 
@@ -100,6 +103,7 @@ def to_json(spec: JobSpec, summaries: list[Summary], count: int, seed: int) -> d
             "fast_restart_seconds": FAST_RESTART_SECONDS,
             "slurm_requeue_hold_seconds": SLURM_REQUEUE_HOLD_SECONDS,
             "shrink_restart_seconds_default": SHRINK_RESTART_SECONDS,
+            "refill_minutes_default": list(REFILL_MINUTES),
         },
         "strategies": [asdict(s) for s in summaries],
     }
@@ -120,6 +124,8 @@ def table(spec: JobSpec, summaries: list[Summary], count: int, seed: int) -> str
         head.insert(5, "P(miss)")
     if spec.shrinks_to < spec.nodes:
         head.insert(-2, "shrunk")
+    if spec.grow_back:
+        head.insert(-2, "grown")
     rows = [head] + [_row(spec, s) for s in summaries]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = [
@@ -147,6 +153,8 @@ def _row(spec: JobSpec, s: Summary) -> list[str]:
         row.insert(5, _fmt(s.miss_probability, "{:.1%}"))
     if spec.shrinks_to < spec.nodes:
         row.insert(-2, f"{s.mean_shrinks:.1f}")
+    if spec.grow_back:
+        row.insert(-2, f"{s.mean_grows:.1f}")
     return row
 
 
@@ -171,9 +179,12 @@ def _heading(spec: JobSpec, count: int, seed: int) -> str:
         if spec.shrinks_to < spec.nodes
         else ""
     )
+    low_refill, high_refill = spec.refill_minutes
+    refill = f"{low_refill:g}" if low_refill == high_refill else f"{low_refill:g}-{high_refill:g}"
+    grow = f", grows back {refill} min after a removal" if spec.grow_back else ""
     return (
         f"{spec.nodes}-node job, {spec.work_hours:g} h of work, checkpoint {spec.checkpoint_seconds:g} s, "
-        f"restart {restart} s, notice {spec.notice_seconds:g} s, {rate} per node{deadline}{shrink}; "
+        f"restart {restart} s, notice {spec.notice_seconds:g} s, {rate} per node{deadline}{shrink}{grow}; "
         f"{count} runs, seed {seed}"
     )
 
@@ -184,7 +195,10 @@ def _footnote(spec: JobSpec) -> str:
         unit = f"cost in on-demand node-hours, preemptible at {prices.ratio:.0%} (assumed discount)"
     else:
         unit = f"cost at {prices.on_demand:g} per on-demand node-hour, preemptible at {prices.ratio:.0%}"
+    latency = f"{spec.notice_latency_seconds:g} s" + (
+        " (measured)" if spec.notice_latency_seconds == NOTICE_LATENCY_SECONDS else ""
+    )
     return (
         f"{unit}; p95 '-' when some runs never finished; unannounced preemptions "
-        f"{spec.field.unannounced:.0%}; notice latency {NOTICE_LATENCY_SECONDS} s (measured)"
+        f"{spec.field.unannounced:.0%}; notice latency {latency}"
     )

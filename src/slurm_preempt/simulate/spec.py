@@ -31,6 +31,12 @@ SLURM_REQUEUE_HOLD_SECONDS = 177.0
 # counts apart (slightly pessimistic), and the example's own start-up (imports, rendezvous, restore):
 # a job whose start-up is longer should give its own figure (--shrink-restart-seconds).
 SHRINK_RESTART_SECONDS = 26.9
+# Grow-back (``--grow-back``): minutes from a node's removal until the provider's capacity is back (an
+# idle matching node the watcher sees). 0, the model's own assumption elsewhere: a requeued job runs
+# again at full width after the fast restart, so the pool is taken to have the nodes at once (and
+# every drill here brings the node back within a second of its removal). A provider that refills
+# later should be given as such (--refill-minutes 30, or 10-60).
+REFILL_MINUTES = (0.0, 0.0)
 
 HOUR = 3600.0
 MAX_HOURS = 100_000.0  # ~11 years: anything longer is a typo
@@ -103,6 +109,9 @@ class JobSpec:
     deadline_hours: float | None = None
     min_nodes: int | None = None  # shrink in place down to this many nodes; None: the job's nodes
     shrink_restart_seconds: float = SHRINK_RESTART_SECONDS  # final checkpoint -> computing on survivors
+    grow_back: bool = False  # a shrunk job requeues at full width once a removed node's capacity is back
+    refill_minutes: tuple[float, float] = REFILL_MINUTES  # removal -> capacity back, uniform between
+    notice_latency_seconds: float = NOTICE_LATENCY_SECONDS  # drain -> the job told (it computes until)
     field: Field = Field(mtbp_hours=2.0)
     prices: Prices = Prices()
     policy: Policy = Policy()
@@ -137,13 +146,18 @@ def number(option: str, value: Any, low: float, high: float, *, low_open: bool =
 
 def restart_range(text: str) -> tuple[float, float]:
     """``180`` or ``180-300`` (seconds) as a (low, high) pair."""
+    return value_range("--restart-seconds", text, MAX_SECONDS, "180-300")
+
+
+def value_range(option: str, text: str, high: float, example: str) -> tuple[float, float]:
+    """``N`` or ``LOW-HIGH`` (each in [0, high]) as a (low, high) pair, else a one-line UsageError."""
     parts = str(text).strip().split("-")
     if len(parts) not in (1, 2) or not all(p.strip() for p in parts):
-        raise UsageError(f"--restart-seconds {text!r}: give SECONDS or LOW-HIGH (180-300)")
-    low, high = (number("--restart-seconds", p, 0, MAX_SECONDS, low_open=False) for p in (parts * 2)[:2])
-    if low > high:
-        raise UsageError(f"--restart-seconds {text!r}: the low end is above the high end")
-    return low, high
+        raise UsageError(f"{option} {text!r}: give N or LOW-HIGH ({example})")
+    low, top = (number(option, p, 0, high, low_open=False) for p in (parts * 2)[:2])
+    if low > top:
+        raise UsageError(f"{option} {text!r}: the low end is above the high end")
+    return low, top
 
 
 def check_spec(spec: JobSpec) -> None:
@@ -167,13 +181,20 @@ def check_spec(spec: JobSpec) -> None:
 
 def _check_shrink(spec: JobSpec) -> None:
     number("--shrink-restart-seconds", spec.shrink_restart_seconds, 0, MAX_SECONDS, low_open=False)
-    if spec.min_nodes is None:
-        return
-    number("--min-nodes", spec.min_nodes, 0, MAX_NODES)
-    if int(spec.min_nodes) != spec.min_nodes:
-        raise UsageError(f"--min-nodes {spec.min_nodes}: a whole number of nodes")
-    if spec.min_nodes > spec.nodes:
-        raise UsageError(f"--min-nodes {spec.min_nodes}: more than the job's --nodes {spec.nodes}")
+    number("notice latency", spec.notice_latency_seconds, 0, MAX_SECONDS, low_open=False)
+    low, high = spec.refill_minutes
+    for value in (low, high):
+        number("--refill-minutes", value, 0, MAX_HOURS * 60, low_open=False)
+    if low > high:
+        raise UsageError(f"--refill-minutes {low:g}-{high:g}: the low end is above the high end")
+    if spec.min_nodes is not None:
+        number("--min-nodes", spec.min_nodes, 0, MAX_NODES)
+        if int(spec.min_nodes) != spec.min_nodes:
+            raise UsageError(f"--min-nodes {spec.min_nodes}: a whole number of nodes")
+        if spec.min_nodes > spec.nodes:
+            raise UsageError(f"--min-nodes {spec.min_nodes}: more than the job's --nodes {spec.nodes}")
+    if spec.grow_back and spec.shrinks_to >= spec.nodes:
+        raise UsageError("--grow-back needs --min-nodes under --nodes (only a shrunk job grows back)")
 
 
 def _check_field(field: Field) -> None:

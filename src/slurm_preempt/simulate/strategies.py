@@ -12,21 +12,20 @@
   (Uniform-Progress rule) and the cost.
 - this toolkit, shrink to N (with ``--min-nodes N`` under the job's nodes): as above, and a told
   preemption of a node that is not the batch host, leaving at least N nodes, shrinks the job in place
-  (job/shrink.py) instead of requeueing it.
+  (job/shrink.py) instead of requeueing it; its ``Run(interval="auto")`` takes its interval again on
+  the survivors (fewer nodes, fewer preemptions: a longer interval).
+- this toolkit, shrink and grow-back (``--grow-back``): as above, and once a removed node's capacity
+  is back the watcher tells the shrunk job, which takes a final checkpoint and requeues at full width
+  (the watcher releases the requeue hold at once).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_preempt.job.interval import checkpoint_interval
-from slurm_preempt.simulate.spec import (
-    FAST_RESTART_SECONDS,
-    NOTICE_LATENCY_SECONDS,
-    SLURM_REQUEUE_HOLD_SECONDS,
-    JobSpec,
-)
+from slurm_preempt.simulate.spec import FAST_RESTART_SECONDS, SLURM_REQUEUE_HOLD_SECONDS, JobSpec
 
 FALLBACKS = ("after", "pending", "deadline", "cost")
 
@@ -41,16 +40,18 @@ class Strategy:
     requeue_wait: float = SLURM_REQUEUE_HOLD_SECONDS  # from leaving to running again, unpaid
     fallback: str | None = None  # one of FALLBACKS
     min_nodes: int | None = None  # shrinks in place down to this many nodes; None: never shrinks
+    grow_back: bool = False  # a shrunk job requeues at full width once capacity is back
+    adapts: bool = False  # takes its interval again on fewer nodes, as Run(interval="auto") does
 
 
-def job_mtbp(spec: JobSpec) -> float:
-    """Mean seconds between preemptions of the job (any of its nodes), before any rate jump."""
-    return spec.field.mean_gap_seconds / spec.nodes
+def job_mtbp(spec: JobSpec, width: int | None = None) -> float:
+    """Mean seconds between preemptions of the job's ``width`` nodes (default: all), before any jump."""
+    return spec.field.mean_gap_seconds / (spec.nodes if width is None else width)
 
 
 def notice_usable(spec: JobSpec) -> bool:
     """A final checkpoint fits between the notice reaching the job and the node's removal."""
-    return NOTICE_LATENCY_SECONDS + spec.checkpoint_seconds <= spec.notice_seconds
+    return spec.notice_latency_seconds + spec.checkpoint_seconds <= spec.notice_seconds
 
 
 def recipe_interval(spec: JobSpec) -> float:
@@ -58,11 +59,12 @@ def recipe_interval(spec: JobSpec) -> float:
     return checkpoint_interval(spec.checkpoint_seconds, job_mtbp(spec))
 
 
-def toolkit_interval(spec: JobSpec) -> float:
+def toolkit_interval(spec: JobSpec, width: int | None = None) -> float:
     """The interval against the preemptions that no notice covers (all of them if a final checkpoint
-    does not fit in the notice): the rule a job's ``Run(interval="auto")`` follows, given the share."""
+    does not fit in the notice): the rule a job's ``Run(interval="auto")`` follows, given the share,
+    on ``width`` of its nodes (job/adaptive.py: the job's node count times the per-node rate)."""
     unannounced = spec.field.unannounced if notice_usable(spec) else 1.0
-    return checkpoint_interval(spec.checkpoint_seconds, job_mtbp(spec), unannounced)
+    return checkpoint_interval(spec.checkpoint_seconds, job_mtbp(spec, width), unannounced)
 
 
 def strategies(spec: JobSpec) -> list[Strategy]:
@@ -95,14 +97,18 @@ def strategies(spec: JobSpec) -> list[Strategy]:
             )
         )
     if spec.shrinks_to < spec.nodes:
-        found.append(
-            Strategy(
-                "toolkit-shrink",
-                f"slurm-preempt, shrink to {spec.shrinks_to}",
-                toolkit,
-                notices=True,
-                requeue_wait=FAST_RESTART_SECONDS,
-                min_nodes=spec.shrinks_to,
-            )
+        shrink = Strategy(
+            "toolkit-shrink",
+            f"slurm-preempt, shrink to {spec.shrinks_to}",
+            toolkit,
+            notices=True,
+            requeue_wait=FAST_RESTART_SECONDS,
+            min_nodes=spec.shrinks_to,
+            adapts=True,
         )
+        found.append(shrink)
+        if spec.grow_back:
+            found.append(
+                replace(shrink, name="toolkit-grow", label=f"{shrink.label}, grow-back", grow_back=True)
+            )
     return found

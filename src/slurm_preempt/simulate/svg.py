@@ -17,7 +17,7 @@ from slurm_preempt.simulate.strategies import strategies
 SCALES = (4.0, 2.83, 2.0, 1.41, 1.0, 0.71, 0.5, 0.35, 0.25)  # of the mean time between preemptions
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 780, 420, 70, 290, 40, 50
 Y_TICK = 0.2
-COLOURS = ("#444444", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
+COLOURS = ("#444444", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22")
 
 
 def sweep(spec: JobSpec, count: int, seed: int) -> dict[str, list[tuple[float, float]]]:
