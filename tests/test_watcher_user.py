@@ -116,7 +116,13 @@ def test_a_users_own_watcher_with_no_config_file_tells_its_job_and_restarts_it_w
         assert logs and "SIGUSR1" in "".join(p.read_text() for p in logs), logs
     finally:
         for child in psutil.Process(watcher.pid).children(recursive=True):
-            if "slurm_preempt" in " ".join(child.cmdline()):
+            try:
+                # A child that has just exited (a zombie: one of the watcher's squeue/scancel, not yet
+                # reaped) has no command line left; it needs no signal.
+                command = " ".join(child.cmdline())
+            except psutil.NoSuchProcess:  # ZombieProcess is one
+                continue
+            if "slurm_preempt" in command:
                 child.terminate()  # the watcher itself (runuser would pass on a kill of the group)
         watcher.wait(30)
         log.close()
