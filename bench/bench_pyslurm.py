@@ -29,10 +29,11 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from slurm_preempt.rehearsal import pyslurmbuild, versions  # noqa: E402
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
+from slurm_preempt.rehearsal.clusterspec import BENCH_PORT  # noqa: E402
 from slurm_preempt.rehearsal.slurmroot import RootRuntime  # noqa: E402
 
 RELEASE = versions.release("25.11")
-PORT = int(os.environ.get("SP_BENCH_PORT", "17900")) + 60
+PORT = int(os.environ.get("SP_BENCH_PORT", str(BENCH_PORT + 200))) + 60
 HELPER = HERE.parent / "tests" / "pyslurm_poll.py"
 
 

@@ -10,7 +10,7 @@
    slurmd behind them. CPU per poll (watcher + the Slurm commands it runs) against the bare
    ``sinfo`` query it makes, and queries per poll against the 6-node cluster.
 
-Each part starts its own cluster under /tmp/watcher-bench-* on ports 17640.. and 17660.. (from
+Each part starts its own cluster under /tmp/watcher-bench-* on ports 19500.. and 19520.. (from
 $SP_BENCH_PORT when set, to run beside another engineer's bench) and stops it.
 """
 
@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from slurm_preempt.rehearsal import procs  # noqa: E402
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
+from slurm_preempt.rehearsal.clusterspec import BENCH_PORT  # noqa: E402
 from slurm_preempt.slurm import parse  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
 from slurm_preempt.watch.loop import run as run_loop  # noqa: E402
@@ -37,7 +38,7 @@ from slurm_preempt.watch.sentstate import SentState  # noqa: E402
 from slurm_preempt.watch.settings import Settings  # noqa: E402
 from slurm_preempt.watch.watcher import NODE_STATES, Watcher, load_sent, state_path  # noqa: E402
 
-PORT = int(os.environ.get("SP_BENCH_PORT", "17640"))
+PORT = int(os.environ.get("SP_BENCH_PORT", str(BENCH_PORT + 100)))
 SMALL_DIR = Path(f"/tmp/watcher-bench-small-{PORT}")
 BIG_DIR = Path(f"/tmp/watcher-bench-10k-{PORT}")
 REASON = "TogetherPreemptionNotified: bench"

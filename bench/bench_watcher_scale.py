@@ -18,7 +18,7 @@
    its resident memory and CPU per poll sampled every minute (polls counted from its systemd STATUS
    lines).
 
-Clusters live under /tmp/watcher-scale-<port> on $SP_BENCH_PORT + 30.. (default 17670..; bench_watcher.py
+Clusters live under /tmp/watcher-scale-<port> on $SP_BENCH_PORT + 30.. (default 19530..; bench_watcher.py
 takes the 30 ports below).
 """
 
@@ -41,12 +41,13 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from slurm_preempt.rehearsal import testcluster as tc  # noqa: E402
+from slurm_preempt.rehearsal.clusterspec import BENCH_PORT  # noqa: E402
 from slurm_preempt.slurm.commands import Slurm  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from bench_watcher import _row, _wait  # noqa: E402  (the rows and waits of the watcher bench)
 
-PORT = int(os.environ.get("SP_BENCH_PORT", "17640")) + 30
+PORT = int(os.environ.get("SP_BENCH_PORT", str(BENCH_PORT + 100))) + 30
 DIR = Path(f"/tmp/watcher-scale-{PORT}")
 REASON = "TogetherPreemptionNotified: bench"
 OPTED = "--comment=slurm-preempt:signal=USR1"

@@ -1,6 +1,6 @@
 """Run inside a source-built Slurm root (``RootRuntime.chroot_argv``), with pyslurm on PYTHONPATH and the
 cluster's SLURM_CONF: the watcher's poll reads and one poll's decisions through each backend, as one
-JSON object on stdout (tests/test_pyslurm_backend_cluster.py, bench/bench_pyslurm.py).
+JSON object on stdout (tests/test_pyslurm_cluster.py, bench/bench_pyslurm.py).
 
     python tests/pyslurm_poll.py compare      records and decisions of the CLI and of pyslurm
     python tests/pyslurm_poll.py bench N      N rounds of the poll's reads, backends alternated

@@ -23,9 +23,10 @@ from slurm_preempt.slurm.commands import Slurm
 
 DEFAULT_DIR = Path(os.environ.get("SLURM_PREEMPT_TESTCLUSTER_DIR", "/tmp/slurm-preempt-cluster"))
 DEFAULT_PORT = 17100
-# The benches that start clusters of their own (bench_shrink.py here, bench_simulate.py 40 above) use
-# ports from here on unless SP_BENCH_PORT says otherwise: outside the test command's (17300, 100 more
-# per release) so that a bench never meets a test session.
+# The benches that start clusters of their own (bench_shrink.py here, bench_simulate.py 40 above,
+# bench_watcher.py 100 above, bench_watcher_scale.py 130, bench_pyslurm.py 260) use ports from here on
+# unless SP_BENCH_PORT says otherwise: outside the test command's (17300, 100 more per release) so that
+# a bench never meets a test session.
 BENCH_PORT = 19400
 STATE_FILE = "cluster.json"
 
