@@ -123,9 +123,11 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
+    import benchargs  # beside this file: sys.path[0] when run as a script
+
     if sys.argv[1:2] == ["--worker"]:
         r, w, folder, s, n, size, spin = sys.argv[2:9]
         _worker(int(r), int(w), folder, int(s), int(n), int(size), float(spin))
     else:
-        for row in run(quick="--quick" in sys.argv):
+        for row in run(quick=benchargs.quick(__doc__)):
             print(json.dumps(row))

@@ -136,5 +136,7 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv):
+    import benchargs  # beside this file: sys.path[0] when run as a script
+
+    for row in run(quick=benchargs.quick(__doc__)):
         print(json.dumps(row))

@@ -115,6 +115,8 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv):
+    import benchargs  # beside this file: sys.path[0] when run as a script
+
+    for row in run(quick=benchargs.quick(__doc__)):
         where = f"(baseline {row['baseline']}, target {row['target']})"
         print(f"{row['name']:<58} {row['value']:>8} {row['unit']}  {where}")

@@ -75,4 +75,6 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))
+    import benchargs  # beside this file: sys.path[0] when run as a script
+
+    print(json.dumps(run(quick=benchargs.quick(__doc__)), indent=1))

@@ -334,13 +334,19 @@ def _stop(_signum, _frame):
 
 
 if __name__ == "__main__":
+    import benchargs  # beside this file: sys.path[0] when run as a script
+
     signal.signal(signal.SIGTERM, _stop)
-    if "--real" in sys.argv:
-        results = real_run(float(sys.argv[sys.argv.index("--real") + 1]))
-    elif "--generated" in sys.argv:  # only the mass drain of generated jobs, at the sizes given
-        sizes = [int(n) for n in sys.argv[sys.argv.index("--generated") + 1].split(",")]
+    options = benchargs.parser(__doc__)
+    options.add_argument("--real", type=float, metavar="SECONDS", help="the long run on the real cluster")
+    options.add_argument("--generated", metavar="SIZES", help="only the generated-job drain, e.g. 200,1000")
+    args = options.parse_args()
+    if args.real is not None:
+        results = real_run(args.real)
+    elif args.generated:  # only the mass drain of generated jobs, at the sizes given
+        sizes = [int(n) for n in args.generated.split(",")]
         results = [row for count in sizes for row in mass_drain_generated(count)]
     else:
-        results = run(quick="--quick" in sys.argv)
+        results = run(quick=args.quick)
     for row in results:
         print(row)
