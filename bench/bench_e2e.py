@@ -99,17 +99,11 @@ def _run_trace(state, workdir: Path, steps: int, mtbp: float, seed: int, notices
     found = history.load(job_id, state.spec.state_dir, slurm)
     (work / "history.json").write_text(json.dumps(found.to_json(), indent=1))  # to look at afterwards
     lost = [a.lost_seconds for a in found.attempts if a.preempted]
-    phases: dict[str, list[float]] = {"notice": [], "checkpoint": [], "leave": [], "wait": [], "start": []}
+    phases: dict[str, list[float]] = {name: [] for name in drill.PHASES}
     for event, watch in ((e, w) for e in runner.events for w in e.jobs.values() if w.job_id == job_id):
-        if watch.left_at is None:
-            continue
-        if notices and watch.notified_at and watch.final_checkpoint_at and watch.running_again_at:
-            resumed = min((t for t in starts if t >= watch.running_again_at), default=watch.running_again_at)
-            phases["notice"].append(watch.notified_at - event.drain_at)
-            phases["checkpoint"].append(watch.final_checkpoint_at - watch.notified_at)
-            phases["leave"].append(watch.left_at - watch.final_checkpoint_at)
-            phases["wait"].append(watch.running_again_at - watch.left_at)
-            phases["start"].append(max(0.0, resumed - watch.running_again_at))
+        if notices:
+            for name, seconds in (drill.told_phases(event, watch, starts) or {}).items():
+                phases[name].append(seconds)
     return {
         "wall": wall,
         "work": steps * STEP_SECONDS,

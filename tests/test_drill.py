@@ -92,3 +92,15 @@ def test_drill_removes_and_brings_back(clean_cluster):
     wait_for(lambda: lift_requeue_hold(clean_cluster.slurm, job_id), 30, what="the hold lifted")
     again = clean_cluster.wait_state(job_id, "RUNNING", timeout=20)
     assert again.restart_count == 1
+
+
+def test_told_phases_split_a_told_jobs_way_from_the_drain_to_training_again():
+    event = drill.DrillEvent(nodes=("pre1",), drain_at=100.0, grace=30, pause=5)
+    watch = drill.JobWatch("7", ("pre1",), 0, notified_at=100.5, final_checkpoint_at=100.75, left_at=101.0,
+                           running_again_at=104.0)  # fmt: skip
+    assert drill.told_phases(event, watch, [90.0, 110.0]) == {
+        "notice": 0.5, "checkpoint": 0.25, "leave": 0.25, "wait": 3.0, "start": 6.0,
+    }  # fmt: skip
+    assert drill.told_phases(event, watch, [])["start"] == 0.0  # no resumed_from yet
+    watch.left_at = None  # killed by the removal: never told in time
+    assert drill.told_phases(event, watch, [110.0]) is None

@@ -117,6 +117,24 @@ class DrillEvent:
         }
 
 
+PHASES = ("notice", "checkpoint", "leave", "wait", "start")
+
+
+def told_phases(event: DrillEvent, watch: JobWatch, resumed: list[float]) -> dict[str, float] | None:
+    """The phases of a job told of ``event`` (drain -> notice -> final checkpoint -> left -> running again
+    -> the program's first ``resumed_from`` at or after it, among ``resumed``), None when it lacks one."""
+    if not (watch.notified_at and watch.final_checkpoint_at and watch.left_at and watch.running_again_at):
+        return None
+    restored = min((t for t in resumed if t >= watch.running_again_at), default=watch.running_again_at)
+    return {
+        "notice": watch.notified_at - event.drain_at,
+        "checkpoint": watch.final_checkpoint_at - watch.notified_at,
+        "leave": watch.left_at - watch.final_checkpoint_at,
+        "wait": watch.running_again_at - watch.left_at,
+        "start": max(0.0, restored - watch.running_again_at),
+    }
+
+
 @dataclass
 class NodeOps:
     """How nodes are removed and brought back: the local cluster's honest kill, or plain DOWN/RESUME."""

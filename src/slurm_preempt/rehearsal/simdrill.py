@@ -151,16 +151,10 @@ def measured(
     first_at, first = saves[0]
     first_start = max(0.0, first_at - began - first["step"] * per_step - checkpoint)
     starts = [t for t, _e in _times(events, "resumed_from")]
-    phases: dict[str, list[float]] = {"notice": [], "checkpoint": [], "leave": [], "wait": [], "start": []}
+    phases: dict[str, list[float]] = {name: [] for name in drill.PHASES}
     for event, watch in ((e, w) for e in runner.events for w in e.jobs.values()):
-        if not (watch.notified_at and watch.final_checkpoint_at and watch.left_at and watch.running_again_at):
-            continue
-        resumed = min((t for t in starts if t >= watch.running_again_at), default=watch.running_again_at)
-        phases["notice"].append(watch.notified_at - event.drain_at)
-        phases["checkpoint"].append(watch.final_checkpoint_at - watch.notified_at)
-        phases["leave"].append(watch.left_at - watch.final_checkpoint_at)
-        phases["wait"].append(watch.running_again_at - watch.left_at)
-        phases["start"].append(max(0.0, resumed - watch.running_again_at))
+        for name, seconds in (drill.told_phases(event, watch, starts) or {}).items():
+            phases[name].append(seconds)
     return {
         "job_id": job_id,
         "wall": wall,
