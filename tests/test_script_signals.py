@@ -335,6 +335,47 @@ def test_on_several_nodes_the_script_requeues_once_the_command_has_left(tmp_path
     assert "job 4242 requeued (attempt 1 ends)" in _read(tmp_path / "job.out")
 
 
+# The command on several nodes: its rank saves at the forward signal and makes the file the script named
+# (the final checkpoint is durable), while its srun stays (torchrun's agents in their exit barrier).
+SAVES_AND_STAYS = 'trap \'touch "$SLURM_PREEMPT_SCRIPT_REQUEUES" ALSO\' TERM; "$0" & wait $!; wait $!'
+# Slurm ends a step that scancel --signal=KILL reaches: the stand-in srun is released.
+KILL_ENDS_THE_STEP = {
+    **SIGTERM_ON_REQUEUE,
+    "scancel": FAKES["scancel"] + "[ \"$1\" != --signal=KILL ] || touch '{work}/release'\n",
+    "srun": FAKES["srun"].replace("\n", "\ntouch '{work}/ready'\n", 1),
+}
+
+
+@pytest.mark.parametrize("srun_ends", ["by itself", "never"])
+def test_once_the_final_checkpoint_is_durable_a_step_that_stays_is_ended(tmp_path, srun_ends):
+    """On several nodes, after a notice: once the command's final checkpoint is durable (the file is
+    made), srun gets STEP_END_WAIT s to end by itself; a step still there then is ended through Slurm
+    (SIGKILL), and the job requeued before the node's removal, not held by the step until it."""
+    also = f"'{tmp_path}/release'" if srun_ends == "by itself" else ""
+    command = ["bash", "-c", SAVES_AND_STAYS.replace("ALSO", also), str(tmp_path / "bin" / "srun")]
+    settings = {"checkpoint_dir": str(tmp_path / "ckpt"), "job_name": "sig", "grace": "30", "nodes": "2"}
+    made = gen.generate(settings, command, Config())
+    job = _start(tmp_path, gen.write_script(made.script, tmp_path / "job.sh"), KILL_ENDS_THE_STEP,
+                 SLURM_JOB_NUM_NODES="2")  # fmt: skip
+    try:
+        _wait_for(tmp_path / "ready")  # its srun runs, the command's trap set before
+        job.send_signal(signal.SIGUSR1)
+        assert job.wait(HUNG_AFTER) == 0, _read(tmp_path / "job.out")
+    finally:
+        (tmp_path / "release").touch()
+        job.kill()
+    out = _read(tmp_path / "job.out")
+    sent = _read(tmp_path / "scancel.args").splitlines()
+    assert sent[0] == "--signal=TERM 4242.0", sent  # the notice, passed on to the step
+    if srun_ends == "never":
+        assert sent[1:] == ["--signal=KILL 4242.0"], sent
+        assert "srun has not ended 5 s later: ending its steps" in out, out
+    else:
+        assert sent[1:] == [] and "ending its steps" not in out, out
+    assert _read(tmp_path / "scontrol.args") == "requeue 4242\n"
+    assert "job 4242 requeued (attempt 1 ends)" in out, out
+
+
 # ------------------------------------------------------------------ the notice's cost follows the job
 
 NO_STEPS = r"""

@@ -72,6 +72,7 @@ def leave(
 
         decision = would_shrink()
         if decision.shrink:  # the batch script goes on without the leaving nodes
+            _mark_final_durable()  # a step that does not end by itself is ended then
             log.info("final checkpoint at step %d saved: the job script shrinks the job", step)
             sys.exit(exit_code)
         log.info("requeue, not shrink: %s", decision.why_not)
@@ -87,21 +88,29 @@ def leave(
 def _left_to_the_script(step: int) -> bool:
     """On more than one node: tell the batch script to requeue the job once its steps have ended (it
     names the file in ``ENV_SCRIPT_REQUEUES``). False where it does not, or the file cannot be made."""
+    # A requeue sent while the step runs makes slurmctld end the job under it: slurmd's
+    # _rpc_terminate_job (src/slurmd/slurmd/req.c) sends SIGTERM to every step and waits up to
+    # KillWait for them (pause_for_job_completion), while srun reports "Job step aborted: Waiting up to
+    # KillWait+2 seconds" and ends the step itself. Exiting instead lets every rank and torchrun agent
+    # end on its own; the batch script requeues once srun has returned, when slurmd finds only the
+    # batch step left to end.
+    if not _mark_final_durable():
+        return False
+    log.info("final checkpoint at step %d saved: the job script requeues the job once its steps end", step)
+    return True
+
+
+def _mark_final_durable() -> bool:
+    """Make the file named in ``ENV_SCRIPT_REQUEUES``: the final checkpoint is durable, the batch script
+    takes the job from here (and ends a step that does not end by itself). False without the file."""
     marker = os.environ.get(ENV_SCRIPT_REQUEUES)
     if not marker:
         return False
     try:
-        # A requeue sent while the step runs makes slurmctld end the job under it: slurmd's
-        # _rpc_terminate_job (src/slurmd/slurmd/req.c) sends SIGTERM to every step and waits up to
-        # KillWait for them (pause_for_job_completion), while srun reports "Job step aborted: Waiting up to
-        # KillWait+2 seconds" and ends the step itself. Exiting instead lets every rank and torchrun
-        # agent end on its own; the batch script requeues once srun has returned, when slurmd finds
-        # only the batch step left to end.
         open(marker, "a").close()  # noqa: SIM115
     except OSError as exc:
         log.warning("cannot tell the job script to requeue (%s): requeueing from here", exc)
         return False
-    log.info("final checkpoint at step %d saved: the job script requeues the job once its steps end", step)
     return True
 
 

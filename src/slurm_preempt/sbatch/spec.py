@@ -22,6 +22,12 @@ from slurm_preempt.slurm import features
 
 # ------------------------------------------------------------------------------------------ the spec
 
+# On several nodes, once the command's final checkpoint is durable (its writer rank made the file named
+# in SLURM_PREEMPT_SCRIPT_REQUEUES), how long the script lets srun end by itself before it ends the
+# steps: torchrun's agents wait in an exit barrier (300 s) that one agent leaving on a signal never
+# completes, which once held a shrinking job past its node's removal.
+STEP_END_WAIT = 5
+
 
 @dataclass
 class JobSpec:
@@ -87,6 +93,10 @@ class JobSpec:
     def several_nodes(self) -> bool:
         """``--nodes`` allows more than one: the script, not the command, requeues (job/requeue.py)."""
         return int((self.nodes or "1").rpartition("-")[2]) > 1
+
+    @property
+    def step_end_wait(self) -> int:
+        return STEP_END_WAIT
 
     @property
     def notice_signal(self) -> str | None:
