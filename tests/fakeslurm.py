@@ -24,6 +24,7 @@ from typing import Any
 from slurm_preempt.errors import JobGoneError, SlurmTimeoutError
 from slurm_preempt.slurm.interface import WatcherSlurm
 from slurm_preempt.slurm.parse import Job, Node
+from slurm_preempt.slurm.priority import Queued
 
 T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"}
@@ -69,6 +70,7 @@ class FakeJob:
     array_job_id: str = ""
     array_task_id: str = ""
     user: str = "root"
+    priority: int = 1000
     signals: list[str] = field(default_factory=list)
 
     @property
@@ -97,7 +99,7 @@ class FakeJob:
 
 @dataclass(frozen=True)
 class Call:
-    name: str  # nodes, jobs, signal_many, requeue, update_job, release
+    name: str  # nodes, jobs, queue, signal_many, requeue, update_job, release
     args: dict[str, Any]
 
 
@@ -204,6 +206,15 @@ class FakeSlurm:
                 and (not on or on & set(job.nodes))
                 and (wanted is None or "ALL" in wanted or job.state in wanted)
                 and (user is None or job.user == user)
+            ]
+
+    def queue(self, partition: str) -> list[Queued]:
+        self._enter("queue", partition=partition)  # one partition: "batch"
+        with self._lock:
+            return [
+                Queued(j.job_id, j.priority, j.state, j.reason)
+                for j in self.job_table.values()
+                if partition == "batch" and j.state in ("PENDING", "RUNNING")
             ]
 
     def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:

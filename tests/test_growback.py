@@ -153,3 +153,35 @@ def test_the_watcher_leaves_alone_what_it_must(world, caplog):
             watcher.poll_once()
     assert _grow_records(world, "8") == [] and world.slurm.job("8").signals == []
     assert len([r for r in caplog.records if "grow-back token(s) ignored" in r.getMessage()]) == 1
+
+
+def test_a_pending_job_that_outranks_it_holds_it_back_until_it_goes(world, caplog):
+    """Told, it would be requeued and compete again for the nodes it frees: a pending job of its
+    partition with a priority at least its own would take them. Held ones, lower ones: no matter."""
+    world.slurm.add_job("7", ["pre1", "pre2"], COMMENT, features="preemptible", start_time=T0 - HOUR)
+    world.slurm.add_job("9", [], "", priority=500)  # lower: no matter
+    world.slurm.add_job("10", [], "", priority=5000, reason="JobHeldUser")  # held: no matter
+    rival = world.slurm.add_job("11", [], "", priority=1000, reason="Resources")  # equal: it waits
+    watcher = world.watcher(grow_back=True, grow_back_min_window=60, grow_back_every=5)
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            watcher.poll_once()
+            world.clock.advance(10)
+    assert _grow_records(world) == [] and world.slurm.job("7").signals == []
+    held = [r.getMessage() for r in caplog.records if "no grow-back while" in r.getMessage()]
+    assert held == ["job 7: no grow-back while pending job 11 (priority 1000, at least its own 1000) in"
+                    " partition batch could take the nodes it would free"]  # fmt: skip
+    rival.priority = 999  # one below: it may grow
+    watcher.poll_once()
+    assert len(_grow_records(world)) == 1 and world.slurm.job("7").signals == ["USR1"]
+
+
+def test_an_unread_queue_holds_it_back_this_look(world):
+    world.slurm.add_job("7", ["pre1", "pre2"], COMMENT, features="preemptible", start_time=T0 - HOUR)
+    watcher = world.watcher(grow_back=True, grow_back_min_window=60, grow_back_every=5)
+    world.slurm.fail_next("queue")
+    watcher.poll_once()
+    assert _grow_records(world) == []
+    world.clock.advance(10)
+    watcher.poll_once()
+    assert len(_grow_records(world)) == 1

@@ -4,8 +4,9 @@ A 3-node ``--nodes=2-3 --grow-back`` `srun python` job shrinks to 2 when a node 
 host is drained (job/shrink.py); that node is removed and comes back; the watcher (``grow_back =
 true``) tells the job once, through a grow-back notice; its ranks take a final checkpoint and the
 script requeues it; the watcher releases it at once; the next attempt runs on 3 nodes and resumes from
-that checkpoint with no step redone. The figures (node back -> told -> running on 3 -> training again)
-are printed (pytest -s), never asserted.
+that checkpoint with no step redone. Before that, while a pending 3-node job of a higher priority would
+take the nodes a requeue frees, the watcher holds the job back (real squeue priorities). The figures
+(node free -> told -> running on 3 -> training again) are printed (pytest -s), never asserted.
 """
 
 from __future__ import annotations
@@ -65,19 +66,28 @@ def test_a_shrunk_job_grows_back_to_three_nodes_once_a_node_returns(clean_cluste
     event = runner.start_event([first.nodes[2]], grace=SHRINK_GRACE, pause=1, reason=drill.DEFAULT_REASON)
     runner.run_until(lambda: event.removed_at is not None, timeout=180)
     _check_shrunk_in_place(cl, job_id, event, first.nodes[2])  # before the node is back: no grow yet
+    rival = _outranking_rival(cl, job_id, first.partition, work)
     runner.run_until(lambda: event.revived_at is not None, timeout=180)
     assert event.revived_at is not None
+    # The node is back and idle, but the rival (3 nodes, a higher priority) would take what a requeue
+    # frees: the watcher holds the job back, on the real squeue's priorities, until the rival is gone.
+    held = f"job {job_id}: no grow-back while pending job {rival} (priority"
+    wait_for(lambda: held in (tmp_path / "watch.log").read_text(), 120, what="the hold-back for the rival")
+    assert _events(cl, job_id, "grow_back") == []
+    cl.slurm.cancel(rival)
+    free_at = time.time()
 
     (grow,) = wait_for(lambda: _events(cl, job_id, "grow_back"), 120, what="the grow-back")
     assert grow["num_nodes_before"] == 2 and grow["nodes"] == 3 and grow["restart_count"] == 0
     again = wait_for(lambda: _larger(cl, job_id), 180, what="the next attempt on 3 nodes")
     on_three = time.time()
     wait_for(lambda: len(_events(cl, job_id, "resumed_from")) == 2, 180, what="training again")
+    # From the moment the node was free for it: back, and the rival cancelled.
     figures = {
-        "node_back_to_told": round(_moment(cl, job_id, "grow_back") - event.revived_at, 2),
+        "node_free_to_told": round(_moment(cl, job_id, "grow_back") - free_at, 2),
         "told_to_requeued": round(_moment_last(cl, job_id, "requeued") - _moment(cl, job_id, "grow_back"), 2),
-        "node_back_to_running_on_3": round(on_three - event.revived_at, 1),  # 0.2 s polls
-        "node_back_to_training_again": round(_moment_last(cl, job_id, "resumed_from") - event.revived_at, 2),
+        "node_free_to_running_on_3": round(on_three - free_at, 1),  # 0.2 s polls
+        "node_free_to_training_again": round(_moment_last(cl, job_id, "resumed_from") - free_at, 2),
     }
     print(f"\njob {job_id} grew back: {json.dumps(figures)}")
     assert set(again.nodes) >= set(first.nodes[:2]) and len(again.nodes) == 3
@@ -95,6 +105,21 @@ def test_a_shrunk_job_grows_back_to_three_nodes_once_a_node_returns(clean_cluste
     assert [e["restart_count"] for e in _events(cl, job_id, "fast_restart")] == [1]  # released at once
     log = _job_log(work, "grow", job_id)
     assert "requeue, not shrink: a grow-back notice" in log, log
+
+
+def _outranking_rival(cl, job_id: str, partition: str, work) -> str:
+    """A 3-node job that cannot start (the job holds 2 nodes, the 4th is drained), its priority set
+    above the job's by the admin: pending, it would take the nodes a grow-back's requeue frees."""
+    argv = ["sbatch", "--parsable", "--nodes=3", "--constraint=preemptible", f"--partition={partition}",
+            f"--output={work}/rival.out", "--wrap", "sleep 600"]  # fmt: skip
+    out = cl.slurm.run(argv)
+    rival = out.strip().split(";")[0]
+    queue = {q.job_id: q for q in cl.slurm.queue(partition)}
+    assert queue[job_id].state == "RUNNING" and queue[rival].state == "PENDING", queue
+    cl.slurm.update_job(rival, priority=str(queue[job_id].priority + 10))
+    rival_entry = next(q for q in cl.slurm.queue(partition) if q.job_id == rival)
+    assert rival_entry.priority == queue[job_id].priority + 10, rival_entry  # parsed from real output
+    return rival
 
 
 def _larger(cl, job_id: str):

@@ -27,6 +27,7 @@ from slurm_preempt import ids
 from slurm_preempt.errors import JobGoneError, SlurmError, SlurmNotFoundError, SlurmTimeoutError, UsageError
 from slurm_preempt.slurm import parse, sacct
 from slurm_preempt.slurm.parse import Job, Node
+from slurm_preempt.slurm.priority import SQUEUE_FORMAT, Queued, parse_queue
 from slurm_preempt.slurm.sacct import AcctRecord
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,11 @@ class Slurm:
         except JobGoneError:
             # squeue -j with only ended ids exits 1 on 22.05; "no such job" is an empty answer.
             return []
+
+    def queue(self, partition: str) -> list[Queued]:
+        """Pending and running jobs of ``partition`` with their priorities (``slurm.priority``)."""
+        argv = ["squeue", "-h", "-t", "pending,running", f"--partition={partition}", "-o", SQUEUE_FORMAT]
+        return parse_queue(self.run(argv))
 
     def job(self, job_id: str) -> Job | None:
         found = self.jobs(job_ids=[job_id], states="all")

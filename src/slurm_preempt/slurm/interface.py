@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from slurm_preempt.slurm.parse import Job, Node
+from slurm_preempt.slurm.priority import Queued
 
 
 class WatcherSlurm(Protocol):
@@ -35,6 +36,10 @@ class WatcherSlurm(Protocol):
     ) -> list[Job]:
         """``squeue``: jobs with these ids, on these nodes, in these states (e.g. ``running,configuring``),
         of this user (a user's own watcher)."""
+        ...
+
+    def queue(self, partition: str) -> list[Queued]:
+        """``squeue -t pending,running -p P``: each job's id, priority, state and reason (grow-back)."""
         ...
 
     def signal_many(self, job_ids: Sequence[str], signal: str, *, batch_only: bool = False) -> str:

@@ -35,6 +35,7 @@ from slurm_preempt import ids, ledger, optin
 from slurm_preempt.errors import SlurmError
 from slurm_preempt.notice import GROW_BACK_SOURCE, Notice, notice_path, to_text, write_notice
 from slurm_preempt.slurm.parse import Job, Node
+from slurm_preempt.slurm.priority import Queued, outranked_by
 from slurm_preempt.watch.actions import Context
 from slurm_preempt.watch.deadline import event_time
 from slurm_preempt.watch.sentstate import SentState
@@ -126,6 +127,21 @@ def busy(sent: SentState, job: Job, drained: Collection[str]) -> str:
     return f"its node(s) {', '.join(gone)} drain or are down" if gone else ""
 
 
+def held_back(job: Job, queue: list[Queued]) -> str:
+    """Why a job that may grow back is not told now because of the others in its partition: once
+    requeued it competes again for the nodes it frees, and a pending job of a higher (or equal)
+    priority would take them, leaving it pending where it ran. "" when none outranks it."""
+    own, rival = outranked_by(job.job_id, queue)
+    if own is None:
+        return f"its priority is not known (squeue -p {job.partition} did not list it)"
+    if rival is None:
+        return ""
+    return (
+        f"pending job {rival.job_id} (priority {rival.priority}, at least its own {own.priority}) in"
+        f" partition {job.partition} could take the nodes it would free"
+    )
+
+
 def refused_tokens(comment: str) -> list[str]:
     """Grow-back tokens present in a comment whose value was refused (bad numbers, huge values)."""
     wish = optin.parse(comment)
@@ -202,12 +218,14 @@ class Grower:
     """The cluster watcher's grow-back: a look every ``every`` seconds. Queries per look: one
     ``sinfo -N -t idle``; only when a node is idle, one ``squeue -t running``; only when a running job
     asked for grow-back and holds fewer nodes than its MAX, one ``sinfo -t idle -p P`` per partition of
-    such jobs, and its ledger."""
+    such jobs, and its ledger; only when such a job may grow, one ``squeue -p P`` of its partition's
+    priorities (``held_back``)."""
 
     def __init__(self, every: float, min_window: float, grace: float) -> None:
         self.every, self.min_window, self.grace = every, min_window, grace
         self._next: datetime | None = None
         self._warned: set[str] = set()  # jobs whose refused tokens were logged (those running now)
+        self._held: dict[str, str] = {}  # job -> why it was last held back (logged once per reason)
 
     def due(self, now: datetime) -> bool:
         return self._next is None or now >= self._next
@@ -222,14 +240,36 @@ class Grower:
         running = jobs(states="running")
         self._warned &= {j.job_id for j in running}
         wanting = [j for j in running if self._wants(j)]
+        self._held = {k: v for k, v in self._held.items() if k in {j.job_id for j in wanting}}
         pools: dict[str, list[Node]] = {}
+        queues: dict[str, list[Queued]] = {}
         told = 0
         for job in wanting:
             if job.partition not in pools:
                 plain = _NAME.fullmatch(job.partition) is not None  # one partition, a name
                 pools[job.partition] = nodes(states="idle", partition=job.partition) if plain else []
-            told += self._consider(ctx, job, pools[job.partition], busy(ctx.sent, job, drained), now)
+            decision = self._consider(ctx, job, pools[job.partition], busy(ctx.sent, job, drained), now)
+            if not decision.grow or self._held_back(ctx, job, queues):
+                continue
+            if tell(ctx, job, decision, self.grace):
+                pools[job.partition][:] = [n for n in pools[job.partition] if n.name not in decision.idle]
+                told += 1  # those nodes are not promised to a second job
         return told
+
+    def _held_back(self, ctx: Context, job: Job, queues: dict[str, list[Queued]]) -> bool:
+        """Whether a pending job of its partition outranks it (or that cannot be told): then not now."""
+        if job.partition not in queues:
+            try:
+                queues[job.partition] = ctx.slurm.queue(job.partition)
+            except SlurmError as exc:
+                log.warning("job %s: no grow-back this look, partition %s's queue unread: %s",
+                            job.job_id, job.partition, exc)  # fmt: skip
+                queues[job.partition] = []
+        why = held_back(job, queues[job.partition])
+        if why and self._held.get(job.job_id) != why:
+            log.info("job %s: no grow-back while %s", job.job_id, why)
+        self._held[job.job_id] = why
+        return bool(why)
 
     def _wants(self, job: Job) -> bool:
         bad = refused_tokens(job.comment)
@@ -239,16 +279,12 @@ class Grower:
         wish = optin.parse(job.comment)
         return wish.grow_back is not None and wish.max_nodes is not None and job.num_nodes < wish.max_nodes
 
-    def _consider(self, ctx: Context, job: Job, pool: list[Node], busy: str, now: datetime) -> int:
+    def _consider(self, ctx: Context, job: Job, pool: list[Node], busy: str, now: datetime) -> Decision:
         wish = optin.parse(job.comment)
         window = window_of(wish, self.min_window)
         idle = idle_for(job, pool)
         first = decide(job, wish, idle, None, now, window=window, busy=busy)
         if not first.grow:
             log.debug("job %s: no grow-back: %s", job.job_id, first.why_not)
-            return 0
-        decision = decide(job, wish, idle, last_grow(ctx, job), now, window=window, busy=busy)
-        if not decision.grow or not tell(ctx, job, decision, self.grace):
-            return 0
-        pool[:] = [n for n in pool if n.name not in decision.idle]  # not promised to a second job
-        return 1
+            return first
+        return decide(job, wish, idle, last_grow(ctx, job), now, window=window, busy=busy)
